@@ -1,0 +1,45 @@
+// A model file of either kind, behind one interface: a GGUF file, or a Hugging Face directory
+// (config.json + safetensors + tokenizer.json). This is what markbase.open() returns and what
+// model loading reads from.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "formats/gguf.h"
+#include "formats/safetensors.h"
+#include "formats/tensor.h"
+#include "formats/value.h"
+
+namespace markbase {
+
+class ModelFile {
+ public:
+  // A directory opens as a Hugging Face model, a file as GGUF. Throws FileNotFound/FormatError.
+  static std::shared_ptr<ModelFile> open(const std::string& path);
+
+  bool is_gguf() const { return gguf_ != nullptr; }
+  const std::string& path() const { return path_; }
+  // GGUF: every key in file order. Hugging Face: config.json's top-level keys.
+  const std::vector<std::pair<std::string, Value>>& metadata() const { return metadata_; }
+  const Value* find(const std::string& key) const;
+  const std::vector<TensorView>& tensors() const;
+  const TensorView* tensor(const std::string& name) const;
+  // Dequantized float32 copy of a tensor, row-major in numpy order. Throws std::out_of_range.
+  std::vector<float> read(const std::string& name) const;
+  const GGUFFile* gguf() const { return gguf_.get(); }
+  // Hugging Face directory: the parsed config.json (null Value for GGUF).
+  const Value& config() const { return config_; }
+
+ private:
+  std::string path_;
+  std::unique_ptr<GGUFFile> gguf_;
+  std::unique_ptr<SafetensorsSet> st_;
+  Value config_;
+  std::vector<std::pair<std::string, Value>> metadata_;
+};
+
+// Dequantizes any tensor view into dst (numel floats).
+void dequantize_tensor(const TensorView& t, float* dst);
+
+}  // namespace markbase

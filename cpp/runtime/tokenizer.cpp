@@ -159,12 +159,67 @@ inline bool is_c_space(char c) {  // isspace() in the C locale
   return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
 }
 
-struct PairHash {
-  size_t operator()(const std::pair<std::string_view, std::string_view>& p) const noexcept {
-    const size_t a = std::hash<std::string_view>()(p.first);
-    const size_t b = std::hash<std::string_view>()(p.second);
-    return a ^ (b + 0x9e3779b97f4a7c15ull + (a << 6) + (a >> 2));
+// 64-bit hash of a byte string (8-byte words, multiply-xorshift mixing, murmur3 finalizer).
+inline uint64_t hash_bytes(std::string_view s, uint64_t seed = 0x9e3779b97f4a7c15ull) {
+  const auto mix = [](uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+  };
+  uint64_t h = seed ^ (s.size() * 0x87c37b91114253d5ull);
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, s.data() + i, 8);
+    h = (h ^ mix(w)) * 0x4cf5ad432745937full;
   }
+  uint64_t w = 0;
+  std::memcpy(&w, s.data() + i, s.size() - i);
+  return mix(h ^ w ^ (static_cast<uint64_t>(s.size() - i) << 59));
+}
+
+// Open-addressing hash index from keys to int32 values. Keys are not stored: the caller's
+// `equal(value)` says whether a slot's value belongs to the key being looked up.
+class FlatIndex {
+ public:
+  void reserve(size_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap <<= 1;
+    slots_.assign(cap, Slot{0, -1});
+    mask_ = cap - 1;
+  }
+  // Inserts unless `equal` matches an existing value; returns that value, or -1 if inserted.
+  template <class Equal>
+  int32_t insert(uint64_t hash, int32_t value, Equal equal) {
+    for (size_t i = hash & mask_;; i = (i + 1) & mask_) {
+      Slot& slot = slots_[i];
+      if (slot.value < 0) {
+        slot = Slot{hash, value};
+        return -1;
+      }
+      if (slot.hash == hash && equal(slot.value)) return slot.value;
+    }
+  }
+  template <class Equal>
+  int32_t find(uint64_t hash, Equal equal) const {
+    if (slots_.empty()) return -1;
+    for (size_t i = hash & mask_;; i = (i + 1) & mask_) {
+      const Slot& slot = slots_[i];
+      if (slot.value < 0) return -1;
+      if (slot.hash == hash && equal(slot.value)) return slot.value;
+    }
+  }
+
+ private:
+  struct Slot {
+    uint64_t hash;
+    int32_t value;
+  };
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
 };
 
 // A piece of the input: raw text (offset/length into the caller's text) or one special token.
@@ -181,9 +236,9 @@ struct Symbol {
 
 }  // namespace
 
-// --------------------------------------------------------------------------------------------------
+// -------------------------------------------------------------------------------------------------
 // Tokenizer state, built once.
-// --------------------------------------------------------------------------------------------------
+// -------------------------------------------------------------------------------------------------
 struct Tokenizer::Impl {
   enum class Kind { Spm, Gemma4 };
   Kind kind = Kind::Spm;
@@ -192,11 +247,10 @@ struct Tokenizer::Impl {
   std::vector<float> scores;
   std::vector<TokenType> types;
   std::vector<uint32_t> attrs;
-  // text -> id. Built like llama.cpp's token_to_id (same insertion order) so that iterating it
-  // visits tokens in the same order as llama.cpp's loader does on the same standard library.
-  std::unordered_map<std::string_view, int32_t> token_to_id;
-  std::vector<std::pair<std::string, std::string>> merge_texts;
-  std::unordered_map<std::pair<std::string_view, std::string_view>, int32_t, PairHash> bpe_ranks;
+  FlatIndex token_index;  // text -> id
+  std::vector<std::string> merges;                                    // "left right"
+  std::vector<std::pair<std::string_view, std::string_view>> merge_parts;  // views into merges
+  FlatIndex merge_index;  // (left, right) -> rank (the first of a repeated pair)
   int32_t byte_tokens[256];  // id of <0xXX> (or of the raw byte's text, SPM), -1 if none
 
   int32_t bos = -1, eos = -1, eot = -1, eom = -1;
@@ -215,8 +269,7 @@ struct Tokenizer::Impl {
   std::vector<uint8_t> is_eog;
 
   int32_t find(std::string_view text) const {
-    auto it = token_to_id.find(text);
-    return it == token_to_id.end() ? -1 : it->second;
+    return token_index.find(hash_bytes(text), [&](int32_t id) { return texts[id] == text; });
   }
 
   void load(VocabData& v);
@@ -231,9 +284,9 @@ struct Tokenizer::Impl {
   void push_bytes(std::string_view bytes, std::vector<int32_t>& out, bool skip_missing) const;
 };
 
-// --------------------------------------------------------------------------------------------------
+// -------------------------------------------------------------------------------------------------
 // Loading: validate, then apply llama.cpp's defaults and text-based rules.
-// --------------------------------------------------------------------------------------------------
+// -------------------------------------------------------------------------------------------------
 void Tokenizer::Impl::load(VocabData& v) {
   const std::string where = "[tokenizer] ";
   if (v.model == "llama") {
@@ -253,7 +306,8 @@ void Tokenizer::Impl::load(VocabData& v) {
   }
   if (!v.token_types.empty() && v.token_types.size() != n) {
     throw FormatError(where + "tokenizer.ggml.token_type has " +
-                      std::to_string(v.token_types.size()) + " entries but tokenizer.ggml.tokens has " +
+                      std::to_string(v.token_types.size()) +
+                      " entries but tokenizer.ggml.tokens has " +
                       std::to_string(n));
   }
 
@@ -273,12 +327,14 @@ void Tokenizer::Impl::load(VocabData& v) {
     }
     if (texts[i].empty()) texts[i] = "[EMPTY_" + std::to_string(i) + "]";  // as llama.cpp does
   }
-  token_to_id.reserve(n);
+  token_index.reserve(n);
   for (size_t i = 0; i < n; ++i) {
-    auto res = token_to_id.emplace(std::string_view(texts[i]), static_cast<int32_t>(i));
-    if (!res.second) {
-      throw FormatError(where + "token text of id " + std::to_string(i) +
-                        " duplicates id " + std::to_string(res.first->second));
+    const std::string& t = texts[i];
+    const int32_t dup = token_index.insert(hash_bytes(t), static_cast<int32_t>(i),
+                                           [&](int32_t id) { return texts[id] == t; });
+    if (dup >= 0) {
+      throw FormatError(where + "token text of id " + std::to_string(i) + " duplicates id " +
+                        std::to_string(dup));
     }
   }
   for (size_t i = 0; i < n; ++i) {
@@ -303,17 +359,17 @@ void Tokenizer::Impl::load(VocabData& v) {
   // Merges ("left right", split at the first space after the first character; llama.cpp keeps
   // the first rank of a repeated pair).
   if (kind == Kind::Gemma4) {
-    merge_texts.reserve(v.merges.size());
-    for (const std::string& m : v.merges) {
-      const size_t pos = m.find(' ', 1);
-      if (pos == std::string::npos) merge_texts.emplace_back();
-      else merge_texts.emplace_back(m.substr(0, pos), m.substr(pos + 1));
-    }
-    bpe_ranks.reserve(merge_texts.size());
-    for (size_t i = 0; i < merge_texts.size(); ++i) {
-      bpe_ranks.emplace(std::make_pair(std::string_view(merge_texts[i].first),
-                                       std::string_view(merge_texts[i].second)),
-                        static_cast<int32_t>(i));
+    merges = std::move(v.merges);
+    merge_parts.reserve(merges.size());
+    merge_index.reserve(merges.size());
+    for (size_t i = 0; i < merges.size(); ++i) {
+      const std::string_view m = merges[i];
+      const size_t pos = m.size() > 1 ? m.find(' ', 1) : std::string_view::npos;
+      if (pos == std::string_view::npos) merge_parts.emplace_back();
+      else merge_parts.emplace_back(m.substr(0, pos), m.substr(pos + 1));
+      const auto& key = merge_parts.back();
+      merge_index.insert(hash_bytes(key.second, hash_bytes(key.first)), static_cast<int32_t>(i),
+                         [&](int32_t r) { return merge_parts[r] == key; });
     }
   }
 
@@ -352,85 +408,96 @@ void Tokenizer::Impl::load(VocabData& v) {
 // control tokens, "unused" control tokens become unused, and a fixed list of texts (plus eos,
 // eot, eom) form the end-of-generation set.
 void Tokenizer::Impl::apply_loader_rules() {
-  const auto in = [](std::string_view s, std::initializer_list<const char*> list) {
-    for (const char* c : list) {
-      if (s == c) return true;
-    }
-    return false;
+  using List = std::initializer_list<std::string_view>;
+  const auto in = [](std::string_view s, List list) {
+    return std::find(list.begin(), list.end(), s) != list.end();
+  };
+  // Every text the rules look for starts with one of these bytes and is short.
+  const auto maybe_named = [](std::string_view s) {
+    if (s.size() < 3 || s.size() > 32) return false;
+    const char c = s[0];
+    return c == '<' || c == '[' || c == '_' || c == '\xe2';
   };
   const auto make_control = [&](int32_t id) { attrs[id] |= kAttrControl; };
+  const std::string_view eos_deepseek =
+      "<\xef\xbd\x9c" "end\xe2\x96\x81" "of\xe2\x96\x81" "sentence\xef\xbd\x9c>";
 
-  int32_t fim_pre = -1, fim_suf = -1, fim_mid = -1, fim_pad = -1, fim_rep = -1, fim_sep = -1;
-  for (const auto& t : token_to_id) {
-    const std::string_view s = t.first;
-    const int32_t id = t.second;
-    if (eot < 0 && in(s, {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
-                          "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]",
-                          "<\xef\xbd\x9c" "end\xe2\x96\x81" "of\xe2\x96\x81" "sentence\xef\xbd\x9c>",
-                          "<end_of_utterance>"})) {
-      eot = id;
-      make_control(id);
-    }
-    if (eom < 0 && s == "<|eom_id|>") {
-      eom = id;
-      make_control(id);
-    }
-    if (fim_pre < 0 && in(s, {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
-                              "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>", "<PRE>",
-                              "\xe2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>"})) {
-      fim_pre = id;
-      make_control(id);
-    }
-    if (fim_suf < 0 && in(s, {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
-                              "<\xef\xbd\x9c" "fim\xe2\x96\x81" "hole\xef\xbd\x9c>", "<SUF>",
-                              "\xe2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>"})) {
-      fim_suf = id;
-      make_control(id);
-    }
-    if (fim_mid < 0 && in(s, {"<|fim_middle|>", "<fim-middle>", "<fim_middle>",
-                              "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>", "<MID>",
-                              "\xe2\x96\x81<MID>", "<|code_middle|>", "<|middle|>"})) {
-      fim_mid = id;
-      make_control(id);
-    }
-    if (fim_pad < 0 && in(s, {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"})) {
-      fim_pad = id;
-      make_control(id);
-    }
-    if (fim_rep < 0 && in(s, {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>",
-                              "<reponame>"})) {
-      fim_rep = id;
-      make_control(id);
-    }
-    if (fim_sep < 0 && s == "<|file_sep|>") {
-      fim_sep = id;
-      make_control(id);
+  // Tokens of each kind, found by text. Where a vocabulary holds several candidates of one kind,
+  // llama.cpp keeps the first one its hash map (token_to_id) yields; ours is built the same way.
+  enum Named { kEot, kEom, kFimPre, kFimSuf, kFimMid, kFimPad, kFimRep, kFimSep, kKinds };
+  const List kind_texts[kKinds] = {
+      {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
+       "<EOT>", "_<EOT>", "[EOT]", eos_deepseek, "<end_of_utterance>"},
+      {"<|eom_id|>"},
+      {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
+       "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>", "<PRE>", "\xe2\x96\x81<PRE>",
+       "<|code_prefix|>", "<|prefix|>"},
+      {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
+       "<\xef\xbd\x9c" "fim\xe2\x96\x81" "hole\xef\xbd\x9c>", "<SUF>", "\xe2\x96\x81<SUF>",
+       "<|code_suffix|>", "<|suffix|>"},
+      {"<|fim_middle|>", "<fim-middle>", "<fim_middle>",
+       "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>", "<MID>", "\xe2\x96\x81<MID>",
+       "<|code_middle|>", "<|middle|>"},
+      {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"},
+      {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"},
+      {"<|file_sep|>"},
+  };
+  std::vector<int32_t> candidates[kKinds];
+  for (size_t id = 0; id < texts.size(); ++id) {
+    const std::string_view s = texts[id];
+    if (!maybe_named(s)) continue;
+    for (int k = 0; k < kKinds; ++k) {
+      if (in(s, kind_texts[k])) candidates[k].push_back(static_cast<int32_t>(id));
     }
   }
-  for (const auto& t : token_to_id) {
-    uint32_t& a = attrs[t.second];
-    if ((a & kAttrControl) && t.first.find("unused") != std::string_view::npos) a |= kAttrUnused;
+  int32_t found[kKinds] = {eot, eom, -1, -1, -1, -1, -1, -1};
+  for (int k = 0; k < kKinds; ++k) {
+    if (found[k] >= 0 || candidates[k].empty()) continue;  // eot/eom given by the metadata
+    found[k] = candidates[k][0];
+    if (candidates[k].size() > 1) {
+      // llama.cpp's token_to_id: an unordered_map filled in id order. Built only in this rare case.
+      std::unordered_map<std::string_view, int32_t> token_to_id;
+      for (size_t i = 0; i < texts.size(); ++i) token_to_id[texts[i]] = static_cast<int32_t>(i);
+      for (const auto& t : token_to_id) {
+        const auto& c = candidates[k];
+        if (std::find(c.begin(), c.end(), t.second) != c.end()) {
+          found[k] = t.second;
+          break;
+        }
+      }
+    }
+    make_control(found[k]);
+  }
+  eot = found[kEot];
+  eom = found[kEom];
+  const int32_t fim_pad = found[kFimPad], fim_rep = found[kFimRep], fim_sep = found[kFimSep];
+  for (size_t id = 0; id < texts.size(); ++id) {
+    if ((attrs[id] & kAttrControl) && texts[id].find("unused") != std::string::npos) {
+      attrs[id] |= kAttrUnused;
+    }
   }
 
   std::set<int32_t> eog_set;
   for (int32_t id : {fim_pad, fim_rep, fim_sep}) {
     if (id >= 0) eog_set.insert(id);
   }
-  for (const auto& t : token_to_id) {
-    if (in(t.first, {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
-                     "<|flush|>", "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>",
-                     "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
-                     "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-                     "<\xef\xbd\x9c" "end\xe2\x96\x81" "of\xe2\x96\x81" "sentence\xef\xbd\x9c>",
-                     "[e~["})) {
-      eog_set.insert(t.second);
-      make_control(t.second);
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const int32_t id = static_cast<int32_t>(i);
+    if (maybe_named(texts[i]) &&
+        in(texts[i], {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
+                      "<|flush|>", "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>",
+                      "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
+                      "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+                      eos_deepseek, "[e~["})) {
+      eog_set.insert(id);
+      make_control(id);
     }
   }
   // gpt-oss: these are always rendered.
-  for (const auto& t : token_to_id) {
-    if (in(t.first, {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"})) {
-      attrs[t.second] = kAttrUserDefined;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    if (maybe_named(texts[i]) &&
+        in(texts[i], {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"})) {
+      attrs[i] = kAttrUserDefined;
     }
   }
   for (int32_t id : {eos, eot, eom}) {
@@ -525,9 +592,9 @@ std::string Tokenizer::Impl::make_piece(int32_t id) const {
   return std::string();  // undefined / unused: no text
 }
 
-// --------------------------------------------------------------------------------------------------
+// -------------------------------------------------------------------------------------------------
 // Special-token partition (llama.cpp's tokenizer_st_partition).
-// --------------------------------------------------------------------------------------------------
+// -------------------------------------------------------------------------------------------------
 void Tokenizer::Impl::partition(std::string_view text, bool special,
                                 std::vector<Fragment>& frags) const {
   frags.clear();
@@ -597,9 +664,9 @@ void Tokenizer::Impl::push_bytes(std::string_view bytes, std::vector<int32_t>& o
   }
 }
 
-// --------------------------------------------------------------------------------------------------
+// -------------------------------------------------------------------------------------------------
 // SentencePiece-style merging by score (llama.cpp's llm_tokenizer_spm_session).
-// --------------------------------------------------------------------------------------------------
+// -------------------------------------------------------------------------------------------------
 void Tokenizer::Impl::encode_spm(std::string_view text, std::vector<int32_t>& out) const {
   std::vector<Symbol> sym;
   sym.reserve(text.size());
@@ -651,9 +718,9 @@ void Tokenizer::Impl::encode_spm(std::string_view text, std::vector<int32_t>& ou
   }
 }
 
-// --------------------------------------------------------------------------------------------------
+// -------------------------------------------------------------------------------------------------
 // Gemma 4 BPE (llama.cpp's llm_tokenizer_bpe_session with the gemma4 pre-tokenizer).
-// --------------------------------------------------------------------------------------------------
+// -------------------------------------------------------------------------------------------------
 void Tokenizer::Impl::encode_gemma4(std::string_view text, std::vector<int32_t>& out) const {
   // The pre-tokenizer regex "[^\n]+|[\n]+" cuts the text into runs of '\n' and of other
   // characters. Code points are re-encoded on the way (invalid bytes become U+FFFD).
@@ -676,7 +743,8 @@ void Tokenizer::Impl::bpe_word(std::string_view word, std::vector<int32_t>& out)
   } else {
     sym.reserve(word.size());
     for (size_t off = 0; off < word.size();) {
-      const size_t len = std::min(utf8_len(static_cast<unsigned char>(word[off])), word.size() - off);
+      const size_t len =
+          std::min(utf8_len(static_cast<unsigned char>(word[off])), word.size() - off);
       const int idx = static_cast<int>(sym.size());
       sym.push_back({idx - 1, off + len == word.size() ? -1 : idx + 1, off, len});
       off += len;
@@ -697,9 +765,11 @@ void Tokenizer::Impl::bpe_word(std::string_view word, std::vector<int32_t>& out)
     if (left < 0 || right < 0) return;
     const std::string_view a = word.substr(sym[left].start, sym[left].n);
     const std::string_view b = word.substr(sym[right].start, sym[right].n);
-    auto it = bpe_ranks.find(std::make_pair(a, b));
-    if (it == bpe_ranks.end()) return;
-    queue.push({left, right, it->second, a.size() + b.size()});
+    const auto key = std::make_pair(a, b);
+    const int32_t rank = merge_index.find(hash_bytes(b, hash_bytes(a)),
+                                          [&](int32_t r) { return merge_parts[r] == key; });
+    if (rank < 0) return;
+    queue.push({left, right, rank, a.size() + b.size()});
   };
   for (int k = 1; k < static_cast<int>(sym.size()); ++k) try_add(k - 1, k);
 
@@ -728,9 +798,9 @@ void Tokenizer::Impl::bpe_word(std::string_view word, std::vector<int32_t>& out)
   }
 }
 
-// --------------------------------------------------------------------------------------------------
+// -------------------------------------------------------------------------------------------------
 // Public interface
-// --------------------------------------------------------------------------------------------------
+// -------------------------------------------------------------------------------------------------
 Tokenizer::Tokenizer(VocabData vocab) : impl_(std::make_unique<Impl>()) {
   impl_->load(vocab);
   impl_->apply_loader_rules();
@@ -850,14 +920,16 @@ size_t Tokenizer::size() const { return impl_->texts.size(); }
 
 TokenType Tokenizer::type(int32_t id) const {
   if (id < 0 || static_cast<size_t>(id) >= impl_->types.size()) {
-    throw std::out_of_range("[tokenizer] token id " + std::to_string(id) + " is outside the vocabulary");
+    throw std::out_of_range("[tokenizer] token id " + std::to_string(id) +
+                            " is outside the vocabulary");
   }
   return impl_->types[id];
 }
 
 const std::string& Tokenizer::text(int32_t id) const {
   if (id < 0 || static_cast<size_t>(id) >= impl_->texts.size()) {
-    throw std::out_of_range("[tokenizer] token id " + std::to_string(id) + " is outside the vocabulary");
+    throw std::out_of_range("[tokenizer] token id " + std::to_string(id) +
+                            " is outside the vocabulary");
   }
   return impl_->texts[id];
 }

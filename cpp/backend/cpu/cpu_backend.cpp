@@ -1,0 +1,348 @@
+// The CPU backend: executes every op of a Graph with a persistent thread pool, reading weights
+// of every tensor type straight from their blocks (a row is dequantized into a small per-thread
+// buffer, never the whole tensor).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <thread>
+
+#include "backend/backend.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/thread_pool.h"
+#include "formats/error.h"
+#include "formats/half.h"
+#include "formats/model_file.h"
+#include "formats/quants.h"
+
+namespace markbase {
+namespace {
+
+class CpuCaches : public KVCaches {
+ public:
+  CpuCaches(const std::vector<CacheDesc>& d, bool f16) : desc(d), f16(f16) {
+    for (const CacheDesc& c : d) {
+      const size_t n = static_cast<size_t>(c.kv_heads) * c.capacity * c.head_dim;
+      if (f16) { k16.emplace_back(n); v16.emplace_back(n); k32.emplace_back(); v32.emplace_back(); }
+      else { k32.emplace_back(n); v32.emplace_back(n); k16.emplace_back(); v16.emplace_back(); }
+    }
+  }
+  std::vector<CacheDesc> desc;
+  bool f16;
+  std::vector<std::vector<uint16_t>> k16, v16;
+  std::vector<std::vector<float>> k32, v32;
+};
+
+class CpuBackend : public Backend {
+ public:
+  explicit CpuBackend(const BackendOptions& o)
+      : opt_(o), pool_(o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency())) {}
+
+  std::string name() const override { return "cpu"; }
+  std::unique_ptr<KVCaches> make_caches(const std::vector<CacheDesc>& d) override {
+    return std::make_unique<CpuCaches>(d, opt_.kv_f16);
+  }
+  int ops_last_run() const override { return ops_; }
+  int waits_last_run() const override { return 0; }
+
+  const float* run(const Graph& g, const Step& step, KVCaches& kv) override {
+    CpuCaches& caches = static_cast<CpuCaches&>(kv);
+    if (static_cast<int>(step.tokens.size()) != g.T)
+      throw std::logic_error("step has " + std::to_string(step.tokens.size()) + " tokens, graph " +
+                             std::to_string(g.T));
+    auto& bufs = buffers_[&g];
+    if (bufs.size() != g.slots.size()) {
+      bufs.resize(g.slots.size());
+      for (size_t i = 0; i < g.slots.size(); ++i)
+        bufs[i].assign(static_cast<size_t>(g.rows(static_cast<int>(i))) * g.slots[i].cols, 0.0f);
+    }
+    ops_ = 0;
+    for (const Op& op : g.ops) {
+      exec(g, op, step, caches, bufs);
+      ++ops_;
+    }
+    return bufs[g.logits].data();
+  }
+
+ private:
+  using Bufs = std::vector<std::vector<float>>;
+
+  // A float copy of a small weight (norm scales), made once.
+  const float* small_f32(const TensorView* t) {
+    if (t->type == TensorType::F32) return reinterpret_cast<const float*>(t->data);
+    auto it = small_.find(t->data);
+    if (it == small_.end()) {
+      std::vector<float> v(static_cast<size_t>(t->numel()));
+      dequantize_tensor(*t, v.data());
+      it = small_.emplace(t->data, std::move(v)).first;
+    }
+    return it->second.data();
+  }
+
+  // out[t, n] = dot(a[t], W[n]) for n in [0, N), t in [0, T)
+  void matmul(const TensorView& w, const float* a, int a_stride, int T, float* out, int out_stride,
+              int N, int64_t row0 = 0) {
+    const int64_t K = w.cols();
+    const size_t rb = w.row_stride();
+    const uint8_t* base = w.data + row0 * rb;
+    pool_.parallel_for(N, 4, [&](int64_t n0, int64_t n1) {
+      thread_local std::vector<float> row;
+      if (static_cast<int64_t>(row.size()) < K) row.resize(K);
+      for (int64_t n = n0; n < n1; ++n) {
+        const float* wr;
+        if (w.type == TensorType::F32) {
+          wr = reinterpret_cast<const float*>(base + n * rb);
+        } else {
+          dequantize_row(w.type, base + n * rb, row.data(), K);
+          wr = row.data();
+        }
+        for (int t = 0; t < T; ++t) out[t * out_stride + n] = cpu::dot_f32(a + t * a_stride, wr, K);
+      }
+    });
+  }
+
+  void exec(const Graph& g, const Op& op, const Step& step, CpuCaches& kv, Bufs& bufs) {
+    const int T = g.T;
+    float* out = op.out >= 0 ? bufs[op.out].data() : nullptr;
+    const int os = op.out >= 0 ? g.slots[op.out].cols : 0;
+    const float* a = op.a >= 0 ? bufs[op.a].data() : nullptr;
+    const int as = op.a >= 0 ? g.slots[op.a].cols : 0;
+    const int rows = op.out >= 0 ? g.rows(op.out) : T;
+    switch (op.kind) {
+      case OpKind::Embed: {
+        const TensorView& w = *op.w;
+        for (int t = 0; t < T; ++t) {
+          const int id = step.tokens[t];
+          if (id < 0 || id >= w.shape[0]) throw std::out_of_range("token id " + std::to_string(id) + " out of range");
+          dequantize_row(w.type, w.data + static_cast<size_t>(id) * w.row_stride(), out + t * os, w.cols());
+          for (int j = 0; j < op.n; ++j) out[t * os + j] *= op.f;
+        }
+        break;
+      }
+      case OpKind::RmsNorm: {
+        const float* w = op.w ? small_f32(op.w) : nullptr;
+        const int G = op.group, groups = op.n / G;
+        pool_.parallel_for(static_cast<int64_t>(rows) * groups, 16, [&](int64_t i0, int64_t i1) {
+          for (int64_t i = i0; i < i1; ++i) {
+            const int t = static_cast<int>(i / groups), gi = static_cast<int>(i % groups);
+            const float* x = a + t * as + gi * G;
+            float* y = out + t * os + gi * G;
+            double ss = 0.0;
+            for (int j = 0; j < G; ++j) ss += static_cast<double>(x[j]) * x[j];
+            const float r = 1.0f / std::sqrt(static_cast<float>(ss / G) + op.f);
+            for (int j = 0; j < G; ++j) y[j] = w ? (x[j] * r) * w[j] : x[j] * r;
+          }
+        });
+        break;
+      }
+      case OpKind::MatMul:
+        matmul(*op.w, a, as, rows, out, os, op.n);
+        break;
+      case OpKind::GeluMul: {
+        const float* b = bufs[op.b].data();
+        const int bs = g.slots[op.b].cols;
+        for (int t = 0; t < rows; ++t)
+          for (int j = 0; j < op.n; ++j)
+            out[t * os + j] = cpu::gelu_tanh(a[t * as + j]) * b[t * bs + op.b_col + j];
+        break;
+      }
+      case OpKind::Add: {
+        const float* b = bufs[op.b].data();
+        const int bs = g.slots[op.b].cols;
+        for (int t = 0; t < rows; ++t)
+          for (int j = 0; j < op.n; ++j) out[t * os + j] = a[t * as + j] + b[t * bs + j];
+        break;
+      }
+      case OpKind::Scale:
+        for (int t = 0; t < rows; ++t)
+          for (int j = 0; j < op.n; ++j) out[t * os + j] = a[t * as + j] * op.f;
+        break;
+      case OpKind::Softcap:
+        for (int t = 0; t < rows; ++t)
+          for (int j = 0; j < op.n; ++j) out[t * os + j] = op.f * std::tanh(a[t * as + j] / op.f);
+        break;
+      case OpKind::LastRow:
+        std::memcpy(out, a + static_cast<size_t>(T - 1) * as, op.n * sizeof(float));
+        break;
+      case OpKind::Rope: rope(g, op, step, a, as, out, os); break;
+      case OpKind::StoreKV: store_kv(g, op, step, kv, bufs); break;
+      case OpKind::Attention: attention(g, op, step, kv, a, as, out, os); break;
+      case OpKind::MoeRoute: moe_route(op, a, as, out, os, rows); break;
+      case OpKind::MoeExperts: moe_experts(g, op, a, as, bufs, out, os, rows); break;
+    }
+  }
+
+  void rope(const Graph& g, const Op& op, const Step& step, const float* a, int as, float* out, int os) {
+    const std::vector<float>& inv = g.rope_tables[op.table];
+    const int d = op.group, half = d / 2;
+    for (int t = 0; t < g.T; ++t) {
+      const float pos = static_cast<float>(step.pos0 + t);
+      thread_local std::vector<float> cs, sn;
+      cs.resize(half);
+      sn.resize(half);
+      for (int j = 0; j < half; ++j) {
+        const float ang = pos * inv[j];
+        cs[j] = static_cast<float>(std::cos(static_cast<double>(ang)));
+        sn[j] = static_cast<float>(std::sin(static_cast<double>(ang)));
+      }
+      for (int h = 0; h < op.heads; ++h) {
+        const float* x = a + t * as + h * d;
+        float* y = out + t * os + h * d;
+        for (int j = 0; j < half; ++j) {
+          const float x0 = x[j], x1 = x[j + half];
+          y[j] = x0 * cs[j] - x1 * sn[j];
+          y[j + half] = x1 * cs[j] + x0 * sn[j];
+        }
+      }
+    }
+  }
+
+  static int cache_slot(const CacheDesc& c, int pos) { return c.ring ? pos % c.capacity : pos; }
+
+  void store_kv(const Graph& g, const Op& op, const Step& step, CpuCaches& kv, Bufs& bufs) {
+    const CacheDesc& c = kv.desc[op.layer];
+    const float* k = bufs[op.a].data();
+    const float* v = bufs[op.b].data();
+    const int ks = g.slots[op.a].cols, vs = g.slots[op.b].cols, d = op.group;
+    for (int t = 0; t < g.T; ++t) {
+      const int pos = step.pos0 + t;
+      if (!c.ring && pos >= c.capacity) throw std::out_of_range("KV cache full");
+      const int s = cache_slot(c, pos);
+      for (int h = 0; h < op.kv_heads; ++h) {
+        const size_t off = (static_cast<size_t>(h) * c.capacity + s) * d;
+        const float* kr = k + t * ks + h * d;
+        const float* vr = v + t * vs + h * d;
+        if (kv.f16) {
+          for (int j = 0; j < d; ++j) {
+            kv.k16[op.layer][off + j] = fp32_to_fp16(kr[j]);
+            kv.v16[op.layer][off + j] = fp32_to_fp16(vr[j]);
+          }
+        } else {
+          std::memcpy(&kv.k32[op.layer][off], kr, d * sizeof(float));
+          std::memcpy(&kv.v32[op.layer][off], vr, d * sizeof(float));
+        }
+      }
+    }
+  }
+
+  void attention(const Graph& g, const Op& op, const Step& step, CpuCaches& kv, const float* q,
+                 int qs, float* out, int os) {
+    const CacheDesc& c = kv.desc[op.layer];
+    const int d = op.group, group = op.heads / op.kv_heads;
+    pool_.parallel_for(static_cast<int64_t>(g.T) * op.heads, 1, [&](int64_t i0, int64_t i1) {
+      thread_local std::vector<float> sc;
+      for (int64_t i = i0; i < i1; ++i) {
+        const int t = static_cast<int>(i / op.heads), h = static_cast<int>(i % op.heads);
+        const int kvh = h / group;
+        const int pos = step.pos0 + t;
+        const int first = op.window > 0 ? std::max(0, pos - op.window + 1) : 0;
+        const int n = pos - first + 1;
+        sc.resize(n);
+        const float* qv = q + t * qs + h * d;
+        const size_t head_off = static_cast<size_t>(kvh) * c.capacity * d;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int j = 0; j < n; ++j) {
+          const size_t off = head_off + static_cast<size_t>(cache_slot(c, first + j)) * d;
+          const float s = (kv.f16 ? cpu::dot_f16(qv, &kv.k16[op.layer][off], d)
+                                  : cpu::dot_f32(qv, &kv.k32[op.layer][off], d)) * op.f;
+          sc[j] = s;
+          mx = std::max(mx, s);
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < n; ++j) { sc[j] = std::exp(sc[j] - mx); sum += sc[j]; }
+        const float inv = 1.0f / sum;
+        float* y = out + t * os + h * d;
+        std::fill(y, y + d, 0.0f);
+        for (int j = 0; j < n; ++j) {
+          const size_t off = head_off + static_cast<size_t>(cache_slot(c, first + j)) * d;
+          if (kv.f16) cpu::axpy_f16(sc[j] * inv, &kv.v16[op.layer][off], y, d);
+          else cpu::axpy_f32(sc[j] * inv, &kv.v32[op.layer][off], y, d);
+        }
+      }
+    });
+  }
+
+  // softmax over all experts, top-k, renormalise, times the per-expert scale.
+  void moe_route(const Op& op, const float* a, int as, float* out, int os, int rows) {
+    const float* pes = op.w2 ? small_f32(op.w2) : nullptr;
+    for (int t = 0; t < rows; ++t) {
+      const float* l = a + t * as;
+      const int ne = op.group;  // number of experts
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int e = 0; e < ne; ++e) mx = std::max(mx, l[e]);
+      thread_local std::vector<float> p;
+      thread_local std::vector<int> idx;
+      p.resize(ne);
+      idx.resize(ne);
+      float sum = 0.0f;
+      for (int e = 0; e < ne; ++e) { p[e] = std::exp(l[e] - mx); sum += p[e]; }
+      for (int e = 0; e < ne; ++e) { p[e] /= sum; idx[e] = e; }
+      std::partial_sort(idx.begin(), idx.begin() + op.k, idx.end(),
+                        [&](int x, int y) { return p[x] > p[y] || (p[x] == p[y] && x < y); });
+      float ws = 0.0f;
+      for (int j = 0; j < op.k; ++j) ws += p[idx[j]];
+      for (int j = 0; j < op.k; ++j) {
+        const int e = idx[j];
+        out[t * os + 2 * j] = p[e] / ws * (pes ? pes[e] : 1.0f);
+        out[t * os + 2 * j + 1] = static_cast<float>(e);
+      }
+    }
+  }
+
+  // Tokens are grouped by expert, so each expert's weights are read once per step.
+  void moe_experts(const Graph& g, const Op& op, const float* a, int as, Bufs& bufs, float* out,
+                   int os, int rows) {
+    const TensorView& gu = *op.w;
+    const TensorView& dn = *op.w2;
+    const int E = static_cast<int>(gu.shape[0]), Ie = op.k, H = op.n, K = op.heads;
+    const float* route = bufs[op.b].data();
+    const int rs = g.slots[op.b].cols;
+    std::vector<std::vector<std::pair<int, float>>> by_expert(E);
+    for (int t = 0; t < rows; ++t)
+      for (int j = 0; j < K; ++j) {
+        const int e = static_cast<int>(route[t * rs + 2 * j + 1]);
+        if (e < 0 || e >= E) throw std::logic_error("expert id out of range");
+        by_expert[e].push_back({t, route[t * rs + 2 * j]});
+      }
+    for (int t = 0; t < rows; ++t) std::fill(out + t * os, out + t * os + H, 0.0f);
+    std::vector<float> x, hg, act, y;
+    for (int e = 0; e < E; ++e) {
+      const auto& toks = by_expert[e];
+      if (toks.empty()) continue;
+      const int n = static_cast<int>(toks.size());
+      x.resize(static_cast<size_t>(n) * H);
+      for (int j = 0; j < n; ++j) std::memcpy(&x[j * H], a + toks[j].first * as, H * sizeof(float));
+      hg.resize(static_cast<size_t>(n) * 2 * Ie);
+      TensorView gue = gu;
+      gue.data = gu.data + static_cast<size_t>(e) * 2 * Ie * gu.row_stride();
+      matmul(gue, x.data(), H, n, hg.data(), 2 * Ie, 2 * Ie);
+      act.resize(static_cast<size_t>(n) * Ie);
+      for (int j = 0; j < n; ++j)
+        for (int r = 0; r < Ie; ++r) act[j * Ie + r] = cpu::gelu_tanh(hg[j * 2 * Ie + r]) * hg[j * 2 * Ie + Ie + r];
+      y.resize(static_cast<size_t>(n) * H);
+      TensorView dne = dn;
+      dne.data = dn.data + static_cast<size_t>(e) * H * dn.row_stride();
+      matmul(dne, act.data(), Ie, n, y.data(), H, H);
+      for (int j = 0; j < n; ++j) {
+        float* o = out + toks[j].first * os;
+        const float wgt = toks[j].second;
+        for (int r = 0; r < H; ++r) o[r] += wgt * y[j * H + r];
+      }
+    }
+  }
+
+  BackendOptions opt_;
+  ThreadPool pool_;
+  std::map<const Graph*, Bufs> buffers_;
+  std::map<const uint8_t*, std::vector<float>> small_;
+  int ops_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> create_cpu_backend(const BackendOptions& o) {
+  return std::make_unique<CpuBackend>(o);
+}
+
+}  // namespace markbase

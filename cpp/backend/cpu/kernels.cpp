@@ -1,0 +1,144 @@
+#include "backend/cpu/kernels.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "formats/half.h"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define MARKBASE_X86 1
+#endif
+
+namespace markbase::cpu {
+namespace {
+
+// Portable versions: 8 independent partial sums, added in a fixed order.
+float dot_f32_portable(const float* a, const float* b, int64_t n) {
+  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) s[j] += a[i + j] * b[i + j];
+  float r = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+  for (; i < n; ++i) r += a[i] * b[i];
+  return r;
+}
+
+float dot_f16_portable(const float* a, const uint16_t* b, int64_t n) {
+  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) s[j] += a[i + j] * fp16_to_fp32(b[i + j]);
+  float r = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+  for (; i < n; ++i) r += a[i] * fp16_to_fp32(b[i]);
+  return r;
+}
+
+void axpy_f16_portable(float s, const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += s * fp16_to_fp32(x[i]);
+}
+
+void axpy_f32_portable(float s, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += s * x[i];
+}
+
+#ifdef MARKBASE_X86
+__attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+__attribute__((target("avx2,fma"))) float dot_f32_avx2(const float* a, const float* b, int64_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(),
+         s3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+    s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+  }
+  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+  float r = hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+  for (; i < n; ++i) r += a[i] * b[i];
+  return r;
+}
+
+__attribute__((target("avx2,fma,f16c"))) float dot_f16_avx2(const float* a, const uint16_t* b, int64_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256 b0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i)));
+    __m256 b1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i + 8)));
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), b0, s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), b1, s1);
+  }
+  float r = hsum(_mm256_add_ps(s0, s1));
+  for (; i < n; ++i) r += a[i] * fp16_to_fp32(b[i]);
+  return r;
+}
+
+__attribute__((target("avx2,fma,f16c"))) void axpy_f16_avx2(float s, const uint16_t* x, float* y, int64_t n) {
+  const __m256 vs = _mm256_set1_ps(s);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 xv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)));
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(vs, xv, _mm256_loadu_ps(y + i)));
+  }
+  for (; i < n; ++i) y[i] += s * fp16_to_fp32(x[i]);
+}
+
+__attribute__((target("avx2,fma"))) void axpy_f32_avx2(float s, const float* x, float* y, int64_t n) {
+  const __m256 vs = _mm256_set1_ps(s);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(vs, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += s * x[i];
+}
+#endif
+
+struct Dispatch {
+  float (*dot_f32)(const float*, const float*, int64_t) = dot_f32_portable;
+  float (*dot_f16)(const float*, const uint16_t*, int64_t) = dot_f16_portable;
+  void (*axpy_f16)(float, const uint16_t*, float*, int64_t) = axpy_f16_portable;
+  void (*axpy_f32)(float, const float*, float*, int64_t) = axpy_f32_portable;
+  const char* name = "portable";
+  Dispatch() {
+    const char* force = std::getenv("MARKBASE_SIMD");
+    if (force && std::strcmp(force, "portable") == 0) return;
+#ifdef MARKBASE_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+      dot_f32 = dot_f32_avx2;
+      dot_f16 = dot_f16_avx2;
+      axpy_f16 = axpy_f16_avx2;
+      axpy_f32 = axpy_f32_avx2;
+      name = "avx2";
+    }
+#endif
+  }
+};
+
+const Dispatch& dispatch() {
+  static const Dispatch d;
+  return d;
+}
+
+}  // namespace
+
+float dot_f32(const float* a, const float* b, int64_t n) { return dispatch().dot_f32(a, b, n); }
+float dot_f16(const float* a, const uint16_t* b, int64_t n) { return dispatch().dot_f16(a, b, n); }
+void axpy_f16(float s, const uint16_t* x, float* y, int64_t n) { dispatch().axpy_f16(s, x, y, n); }
+void axpy_f32(float s, const float* x, float* y, int64_t n) { dispatch().axpy_f32(s, x, y, n); }
+const char* simd_path() { return dispatch().name; }
+
+float gelu_tanh(float x) {
+  const float c = 0.7978845608028654f;  // sqrt(2 / pi)
+  return 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x)));
+}
+
+}  // namespace markbase::cpu

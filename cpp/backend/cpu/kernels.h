@@ -1,0 +1,22 @@
+// Inner loops of the CPU backend. Each has a portable version and, on x86-64, an AVX2+FMA
+// version chosen at run time (the portable one is the reference the tests compare against).
+#pragma once
+#include <cstdint>
+
+namespace markbase::cpu {
+
+// sum_i a[i] * b[i]
+float dot_f32(const float* a, const float* b, int64_t n);
+// sum_i a[i] * half(b[i])
+float dot_f16(const float* a, const uint16_t* b, int64_t n);
+// y[i] += s * half(x[i]) / y[i] += s * x[i]
+void axpy_f16(float s, const uint16_t* x, float* y, int64_t n);
+void axpy_f32(float s, const float* x, float* y, int64_t n);
+
+// Which implementation the dispatcher picked: "avx2" or "portable". MARKBASE_SIMD=portable
+// in the environment forces the portable path.
+const char* simd_path();
+
+float gelu_tanh(float x);
+
+}  // namespace markbase::cpu

@@ -1,0 +1,53 @@
+#include "runtime/session.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace markbase {
+
+Session::Session(const GemmaModel& model, Backend& backend, int max_context, int chunk)
+    : model_(model), backend_(backend), max_context_(max_context), chunk_(chunk) {
+  if (max_context < 1) throw std::invalid_argument("max_context must be >= 1");
+  if (chunk < 1) throw std::invalid_argument("prefill_chunk must be >= 1");
+  caches_ = backend.make_caches(model.caches(max_context, chunk));
+}
+
+const Graph& Session::graph(int T, bool all_logits) {
+  auto key = std::make_pair(T, all_logits);
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) it = graphs_.emplace(key, model_.build(T, all_logits)).first;
+  return it->second;
+}
+
+std::vector<float> Session::forward(const std::vector<int>& tokens, float* all_rows) {
+  const int V = model_.config().vocab_size;
+  if (tokens.empty()) throw std::invalid_argument("no tokens to run");
+  if (pos_ + static_cast<int64_t>(tokens.size()) > max_context_)
+    throw std::length_error(std::to_string(pos_ + tokens.size()) + " tokens exceed the context of " +
+                            std::to_string(max_context_) + " tokens (max_context)");
+  for (int id : tokens)
+    if (id < 0 || id >= V)
+      throw std::invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary of " +
+                                  std::to_string(V));
+  std::vector<float> last(V);
+  size_t done = 0;
+  while (done < tokens.size()) {
+    const int T = static_cast<int>(std::min<size_t>(chunk_, tokens.size() - done));
+    const bool all = all_rows != nullptr;
+    const Graph& g = graph(T, all);
+    Step step;
+    step.tokens.assign(tokens.begin() + done, tokens.begin() + done + T);
+    step.pos0 = pos_;
+    const float* logits = backend_.run(g, step, *caches_);
+    ops_ = backend_.ops_last_run();
+    if (all) std::memcpy(all_rows + done * V, logits, sizeof(float) * T * V);
+    std::memcpy(last.data(), logits + (all ? static_cast<size_t>(T - 1) * V : 0), sizeof(float) * V);
+    pos_ += T;
+    done += T;
+  }
+  return last;
+}
+
+}  // namespace markbase

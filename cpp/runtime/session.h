@@ -1,0 +1,36 @@
+// A Session runs one sequence through a model: it owns the KV caches and the step graphs, runs
+// prompts in prefill chunks and generated tokens one at a time.
+#pragma once
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/gemma.h"
+
+namespace markbase {
+
+class Session {
+ public:
+  Session(const GemmaModel& model, Backend& backend, int max_context, int chunk);
+
+  void reset() { pos_ = 0; }
+  int pos() const { return pos_; }
+  int max_context() const { return max_context_; }
+  // Runs tokens from the current position. Returns the last token's logits; when all_rows is
+  // given, it receives every token's logits (tokens.size() x vocab).
+  std::vector<float> forward(const std::vector<int>& tokens, float* all_rows = nullptr);
+  int ops_per_step() const { return ops_; }
+
+ private:
+  const Graph& graph(int T, bool all_logits);
+  const GemmaModel& model_;
+  Backend& backend_;
+  int max_context_, chunk_;
+  std::unique_ptr<KVCaches> caches_;
+  std::map<std::pair<int, bool>, Graph> graphs_;
+  int pos_ = 0;
+  int ops_ = 0;
+};
+
+}  // namespace markbase

@@ -1,0 +1,184 @@
+"""Corrupt and hostile model files: each must raise markbase.FormatError naming the file, and the
+process reading them must never die by a signal. The files are read in a subprocess so that a
+crash fails the test instead of killing pytest."""
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from gguf_builder import ARRAY, I32, STRING, U32, U64, build, enc_str, sample_file
+
+READER = r"""
+import json, sys, markbase
+out = []
+for p in sys.argv[1:]:
+    try:
+        f = markbase.open(p)
+        f.metadata
+        for name in f.tensors:
+            f.read(name)
+        out.append(["ok", ""])
+    except markbase.FormatError as e:
+        out.append(["FormatError", str(e)])
+    except FileNotFoundError as e:
+        out.append(["FileNotFoundError", str(e)])
+    except Exception as e:
+        out.append([type(e).__name__, str(e)])
+print(json.dumps(out))
+"""
+
+
+def read_all(paths):
+    r = subprocess.run([sys.executable, "-c", READER, *map(str, paths)], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, f"reader died (rc={r.returncode}): {r.stderr[-2000:]}"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def expect_format_errors(paths):
+    results = read_all(paths)
+    bad = [(str(p), r) for p, r in zip(paths, results) if r[0] != "FormatError" or str(p) not in r[1]]
+    assert not bad, bad[:5]
+    return results
+
+
+def test_truncated_gguf_at_many_offsets(tmp_path):
+    blob, _ = sample_file()
+    cuts = sorted(set(list(range(0, 64)) + list(range(64, len(blob), 7)) + [len(blob) - 1]))
+    paths = []
+    for c in cuts:
+        p = tmp_path / f"cut{c}.gguf"
+        p.write_bytes(blob[:c])
+        paths.append(p)
+    expect_format_errors(paths)
+
+
+def hdr(n_tensors, n_kv, version=3):
+    return b"GGUF" + struct.pack("<IQQ", version, n_tensors, n_kv)
+
+
+def tensor_info(name, ne, ttype, offset):
+    return enc_str(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", d) for d in ne) + \
+        struct.pack("<IQ", ttype, offset)
+
+
+def corrupt_files():
+    blob, _ = sample_file()
+    w = np.zeros(32, np.float32).tobytes()
+    one = [dict(name="w", ne=[32], type=0, data=w)]
+    cases = {
+        "bad_magic": b"GGUX" + blob[4:],
+        "version_1": blob[:4] + struct.pack("<I", 1) + blob[8:],
+        "version_99": blob[:4] + struct.pack("<I", 99) + blob[8:],
+        "huge_tensor_count": hdr(2**62, 0) + b"\0" * 64,
+        "huge_kv_count": hdr(0, 2**60) + b"\0" * 64,
+        "huge_string_length": hdr(0, 1) + struct.pack("<Q", 2**63) + b"abc" * 10,
+        "huge_array_count": hdr(0, 1) + enc_str("k") + struct.pack("<IIQ", ARRAY, U32, 2**61) + b"\0" * 32,
+        "unknown_value_type": hdr(0, 1) + enc_str("k") + struct.pack("<I", 77) + b"\0" * 32,
+        "unknown_array_type": hdr(0, 1) + enc_str("k") + struct.pack("<IIQ", ARRAY, 55, 2) + b"\0" * 32,
+        "deep_nested_arrays": hdr(0, 1) + enc_str("k") + struct.pack("<I", ARRAY) +
+            struct.pack("<IQ", ARRAY, 1) * 40 + struct.pack("<IQ", U32, 0),
+        "bad_bool": hdr(0, 1) + enc_str("k") + struct.pack("<IB", 7, 9) + b"\0" * 8,
+        "zero_dims": hdr(1, 0) + tensor_info("t", [], 0, 0) + b"\0" * 64,
+        "five_dims": hdr(1, 0) + tensor_info("t", [1, 1, 1, 1, 1], 0, 0) + b"\0" * 64,
+        "zero_dim": hdr(1, 0) + tensor_info("t", [32, 0], 0, 0) + b"\0" * 64,
+        "overflowing_dims": hdr(1, 0) + tensor_info("t", [2**40, 2**40], 0, 0) + b"\0" * 64,
+        "unknown_type_id": build([], [dict(name="w", ne=[32], type=99, data=w)]),
+        "unsupported_iq_type": build([], [dict(name="w", ne=[256], type=16, data=b"\0" * 66)]),
+        "partial_block_row": build([], [dict(name="w", ne=[31], type=8, data=b"\0" * 64)]),
+        "offset_past_end": build([], [dict(name="w", ne=[32], type=0, data=w, offset=1 << 40)]),
+        "offset_unaligned": build([], [dict(name="w", ne=[32], type=0, data=w, offset=4)]),
+        "data_missing": build([], one)[:-64],
+        "bad_alignment": build([("general.alignment", U32, 48)], one),
+        "alignment_zero": build([("general.alignment", U32, 0)], one),
+        "duplicate_tensor": build([], [dict(name="w", ne=[32], type=0, data=w),
+                                       dict(name="w", ne=[32], type=0, data=w)]),
+        "empty_file": b"",
+        "tiny_file": b"GG",
+    }
+    return cases
+
+
+def test_corrupt_gguf_files(tmp_path):
+    paths = []
+    for name, data in corrupt_files().items():
+        p = tmp_path / f"{name}.gguf"
+        p.write_bytes(data)
+        paths.append(p)
+    results = expect_format_errors(paths)
+    msgs = dict(zip([p.stem for p in paths], [r[1] for r in results]))
+    assert "magic" in msgs["bad_magic"]
+    assert "version" in msgs["version_99"]
+    assert "tensor count" in msgs["huge_tensor_count"]
+    assert "'t'" in msgs["zero_dim"] and "dimension" in msgs["zero_dim"]
+    assert "overflow" in msgs["overflowing_dims"]
+    assert "type id 99" in msgs["unknown_type_id"] and "'w'" in msgs["unknown_type_id"]
+    assert "IQ2_XXS" in msgs["unsupported_iq_type"]
+    assert "outside" in msgs["offset_past_end"] and "'w'" in msgs["offset_past_end"]
+    assert "aligned" in msgs["offset_unaligned"]
+    assert "general.alignment" in msgs["bad_alignment"]
+
+
+def test_random_byte_flips_never_crash(tmp_path):
+    blob, _ = sample_file()
+    rng = np.random.default_rng(7)
+    paths = []
+    for i in range(150):
+        b = bytearray(blob)
+        for _ in range(rng.integers(1, 6)):
+            pos = int(rng.integers(0, 200))  # the header region, where counts and lengths live
+            b[pos] = int(rng.integers(0, 256))
+        p = tmp_path / f"flip{i}.gguf"
+        p.write_bytes(bytes(b))
+        paths.append(p)
+    for r in read_all(paths):  # either still valid or a FormatError: never anything else
+        assert r[0] in ("ok", "FormatError"), r
+
+
+def st_file(path, header: bytes, data: bytes = b"", hlen: int | None = None):
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header) if hlen is None else hlen) + header + data)
+
+
+def test_bad_safetensors(tmp_path):
+    good = json.dumps({"a": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}}).encode()
+    cases = {
+        "short": None,
+        "huge_header_len": (good, b"\0" * 16, 2**62),
+        "bad_json": (b"{\"a\": [1, 2", b""),
+        "not_object": (b"[1, 2, 3]", b""),
+        "bad_dtype": (json.dumps({"a": {"dtype": "I64", "shape": [2], "data_offsets": [0, 16]}}).encode(), b"\0" * 16),
+        "offsets_past_end": (good, b"\0" * 8),
+        "size_mismatch": (json.dumps({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 16]}}).encode(), b"\0" * 16),
+        "negative_dim": (json.dumps({"a": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}}).encode(), b"\0" * 4),
+        "missing_fields": (json.dumps({"a": {"dtype": "F32"}}).encode(), b""),
+        "deep_json": (b"[" * 5000 + b"]" * 5000, b""),
+    }
+    paths = []
+    for name, spec in cases.items():
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.json").write_text("{}")
+        if spec is None:
+            (d / "model.safetensors").write_bytes(b"\1\2\3")
+        else:
+            st_file(d / "model.safetensors", *spec)
+        paths.append(d)
+    bad_cfg = tmp_path / "bad_config"
+    bad_cfg.mkdir()
+    (bad_cfg / "config.json").write_text("{not json")
+    st_file(bad_cfg / "model.safetensors", good, b"\0" * 16)
+    paths.append(bad_cfg)
+    bad_index = tmp_path / "bad_index"
+    bad_index.mkdir()
+    (bad_index / "config.json").write_text("{}")
+    (bad_index / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "missing.safetensors"}}))
+    paths.append(bad_index)
+    results = read_all(paths)
+    for p, r in zip(paths, results):
+        assert r[0] == "FormatError", (p.name, r)
+        assert p.name in r[1], (p.name, r)

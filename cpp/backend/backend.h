@@ -28,6 +28,8 @@ class Backend {
   virtual std::unique_ptr<KVCaches> make_caches(const std::vector<CacheDesc>& desc) = 0;
   // Runs every op of g for the step; returns the logits slot (rows x g.vocab floats).
   virtual const float* run(const Graph& g, const Step& step, KVCaches& caches) = 0;
+  // Frees what the backend keeps for a graph that is about to be destroyed.
+  virtual void release(const Graph& g) = 0;
   // Ops executed (or kernels launched) and host waits in the last run.
   virtual int ops_last_run() const = 0;
   virtual int waits_last_run() const = 0;

@@ -14,6 +14,10 @@ Session::Session(const GemmaModel& model, Backend& backend, int max_context, int
   caches_ = backend.make_caches(model.caches(max_context, chunk));
 }
 
+Session::~Session() {
+  for (const auto& [key, g] : graphs_) backend_.release(g);
+}
+
 const Graph& Session::graph(int T, bool all_logits) {
   auto key = std::make_pair(T, all_logits);
   auto it = graphs_.find(key);

@@ -13,6 +13,9 @@ namespace markbase {
 class Session {
  public:
   Session(const GemmaModel& model, Backend& backend, int max_context, int chunk);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
 
   void reset() { pos_ = 0; }
   int pos() const { return pos_; }

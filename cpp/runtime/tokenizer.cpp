@@ -604,6 +604,7 @@ void Tokenizer::Impl::partition(std::string_view text, bool special,
   // Which special tokens occur anywhere in the text? Only those can split a fragment, since every
   // raw fragment is a substring of the text.
   std::vector<uint32_t> present;
+  std::vector<uint8_t> seen(special_sorted.size(), 0);
   for (size_t i = 0; i < text.size(); ++i) {
     int32_t node = 0;
     for (size_t j = i; j < text.size(); ++j) {
@@ -612,14 +613,15 @@ void Tokenizer::Impl::partition(std::string_view text, bool special,
       if (it == trie_edges.end()) break;
       node = it->second;
       const int32_t id = trie_token[node];
-      if (id >= 0 && (special || !(attrs[id] & (kAttrControl | kAttrUnknown)))) {
+      if (id >= 0 && !seen[special_rank[id]] &&
+          (special || !(attrs[id] & (kAttrControl | kAttrUnknown)))) {
+        seen[special_rank[id]] = 1;
         present.push_back(special_rank[id]);
       }
     }
   }
   if (present.empty()) return;
   std::sort(present.begin(), present.end());
-  present.erase(std::unique(present.begin(), present.end()), present.end());
 
   std::vector<Fragment> next;
   for (uint32_t rank : present) {

@@ -23,9 +23,13 @@ struct VocabData {
   std::vector<float> scores;         // tokenizer.ggml.scores (may be empty for BPE)
   std::vector<int32_t> token_types;  // tokenizer.ggml.token_type (may be empty: all Normal)
   std::vector<std::string> merges;   // tokenizer.ggml.merges ("a b" per entry; BPE only)
+  // -1 where the key is absent. As in llama.cpp, an absent bos/eos of a "llama" vocabulary means
+  // 1/2, and an absent eot/eom is found by token text (<end_of_turn>, <|eom_id|>, ...).
   int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1, eot_id = -1, eom_id = -1;
-  bool add_bos = true;               // tokenizer.ggml.add_bos_token
-  bool add_space_prefix = false;     // tokenizer.ggml.add_space_prefix
+  bool add_bos = true;               // tokenizer.ggml.add_bos_token (forced true for "gemma4")
+  // tokenizer.ggml.add_space_prefix; where the key is absent llama.cpp uses true for "llama"
+  // and false for "gemma4": the loader should fill it that way.
+  bool add_space_prefix = false;
 };
 
 class Tokenizer {

@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/quant_dot.h"
 #include "backend/cpu/thread_pool.h"
 #include "formats/error.h"
 #include "formats/half.h"
@@ -43,6 +44,7 @@ class CpuBackend : public Backend {
   std::unique_ptr<KVCaches> make_caches(const std::vector<CacheDesc>& d) override {
     return std::make_unique<CpuCaches>(d, opt_.kv_f16);
   }
+  void release(const Graph& g) override { buffers_.erase(&g); }
   int ops_last_run() const override { return ops_; }
   int waits_last_run() const override { return 0; }
 
@@ -52,10 +54,10 @@ class CpuBackend : public Backend {
       throw std::logic_error("step has " + std::to_string(step.tokens.size()) + " tokens, graph " +
                              std::to_string(g.T));
     auto& bufs = buffers_[&g];
-    if (bufs.size() != g.slots.size()) {
-      bufs.resize(g.slots.size());
-      for (size_t i = 0; i < g.slots.size(); ++i)
-        bufs[i].assign(static_cast<size_t>(g.rows(static_cast<int>(i))) * g.slots[i].cols, 0.0f);
+    bufs.resize(g.slots.size());
+    for (size_t i = 0; i < g.slots.size(); ++i) {
+      const size_t n = static_cast<size_t>(g.rows(static_cast<int>(i))) * g.slots[i].cols;
+      if (bufs[i].size() != n) bufs[i].assign(n, 0.0f);
     }
     ops_ = 0;
     for (const Op& op : g.ops) {
@@ -80,12 +82,28 @@ class CpuBackend : public Backend {
     return it->second.data();
   }
 
-  // out[t, n] = dot(a[t], W[n]) for n in [0, N), t in [0, T)
+  // out[t, n] = dot(a[t], W[n]) for n in [0, N), t in [0, T). The fast path quantizes the
+  // activations to 8-bit blocks once and uses integer dot products for the 32-block types; the
+  // precise path (and every other type) dequantizes one weight row at a time into floats.
   void matmul(const TensorView& w, const float* a, int a_stride, int T, float* out, int out_stride,
-              int N, int64_t row0 = 0) {
+              int N) {
     const int64_t K = w.cols();
     const size_t rb = w.row_stride();
-    const uint8_t* base = w.data + row0 * rb;
+    const uint8_t* base = w.data;
+    if (!opt_.precise && cpu::has_q8_dot(w.type)) {
+      const int64_t nb = K / 32;
+      act_q8_.resize(static_cast<size_t>(T) * nb);
+      pool_.parallel_for(T, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) cpu::quantize_act_q8(a + t * a_stride, &act_q8_[t * nb], K);
+      });
+      const cpu::BlockQ8* q = act_q8_.data();
+      pool_.parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
+        for (int64_t n = n0; n < n1; ++n)
+          for (int t = 0; t < T; ++t)
+            out[t * out_stride + n] = cpu::dot_q8(w.type, base + n * rb, q + t * nb, nb);
+      });
+      return;
+    }
     pool_.parallel_for(N, 4, [&](int64_t n0, int64_t n1) {
       thread_local std::vector<float> row;
       if (static_cast<int64_t>(row.size()) < K) row.resize(K);
@@ -336,6 +354,7 @@ class CpuBackend : public Backend {
   ThreadPool pool_;
   std::map<const Graph*, Bufs> buffers_;
   std::map<const uint8_t*, std::vector<float>> small_;
+  std::vector<cpu::BlockQ8> act_q8_;
   int ops_ = 0;
 };
 

@@ -1,0 +1,245 @@
+#include "backend/cpu/quant_dot.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cpu/kernels.h"
+#include "formats/half.h"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define MARKBASE_X86 1
+#endif
+
+namespace markbase::cpu {
+namespace {
+
+// ---- portable: unpack a block to 32 integers, integer dot, one float multiply per block.
+inline int32_t idot32(const int8_t* w, const int8_t* a) {
+  int32_t s = 0;
+  for (int j = 0; j < 32; ++j) s += static_cast<int32_t>(w[j]) * a[j];
+  return s;
+}
+
+float dot_q8_0_portable(const void* wv, const BlockQ8* a, int64_t nb) {
+  const block_q8_0* w = static_cast<const block_q8_0*>(wv);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < nb; ++i) acc += fp16_to_fp32(w[i].d) * a[i].d * static_cast<float>(idot32(w[i].qs, a[i].qs));
+  return acc;
+}
+
+float dot_q4_0_portable(const void* wv, const BlockQ8* a, int64_t nb) {
+  const block_q4_0* w = static_cast<const block_q4_0*>(wv);
+  float acc = 0.0f;
+  int8_t q[32];
+  for (int64_t i = 0; i < nb; ++i) {
+    for (int j = 0; j < 16; ++j) { q[j] = (w[i].qs[j] & 15) - 8; q[j + 16] = (w[i].qs[j] >> 4) - 8; }
+    acc += fp16_to_fp32(w[i].d) * a[i].d * static_cast<float>(idot32(q, a[i].qs));
+  }
+  return acc;
+}
+
+float dot_q4_1_portable(const void* wv, const BlockQ8* a, int64_t nb) {
+  const block_q4_1* w = static_cast<const block_q4_1*>(wv);
+  float acc = 0.0f;
+  int8_t q[32];
+  for (int64_t i = 0; i < nb; ++i) {
+    for (int j = 0; j < 16; ++j) { q[j] = w[i].qs[j] & 15; q[j + 16] = w[i].qs[j] >> 4; }
+    acc += fp16_to_fp32(w[i].d) * a[i].d * static_cast<float>(idot32(q, a[i].qs)) +
+           fp16_to_fp32(w[i].m) * a[i].d * static_cast<float>(a[i].sum);
+  }
+  return acc;
+}
+
+inline void unpack_q5(const uint8_t* qs, const uint8_t* qh, int8_t* q, int offset) {
+  uint32_t h;
+  std::memcpy(&h, qh, 4);
+  for (int j = 0; j < 16; ++j) {
+    q[j] = static_cast<int8_t>(((qs[j] & 15) | (((h >> j) & 1) << 4)) - offset);
+    q[j + 16] = static_cast<int8_t>(((qs[j] >> 4) | (((h >> (j + 16)) & 1) << 4)) - offset);
+  }
+}
+
+float dot_q5_0_portable(const void* wv, const BlockQ8* a, int64_t nb) {
+  const block_q5_0* w = static_cast<const block_q5_0*>(wv);
+  float acc = 0.0f;
+  int8_t q[32];
+  for (int64_t i = 0; i < nb; ++i) {
+    unpack_q5(w[i].qs, w[i].qh, q, 16);
+    acc += fp16_to_fp32(w[i].d) * a[i].d * static_cast<float>(idot32(q, a[i].qs));
+  }
+  return acc;
+}
+
+float dot_q5_1_portable(const void* wv, const BlockQ8* a, int64_t nb) {
+  const block_q5_1* w = static_cast<const block_q5_1*>(wv);
+  float acc = 0.0f;
+  int8_t q[32];
+  for (int64_t i = 0; i < nb; ++i) {
+    unpack_q5(w[i].qs, w[i].qh, q, 0);
+    acc += fp16_to_fp32(w[i].d) * a[i].d * static_cast<float>(idot32(q, a[i].qs)) +
+           fp16_to_fp32(w[i].m) * a[i].d * static_cast<float>(a[i].sum);
+  }
+  return acc;
+}
+
+#ifdef MARKBASE_X86
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+AVX2 inline float hsum8(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+// 8 int32 partial sums of signed x signed bytes.
+AVX2 inline __m256 dot_ss(__m256i x, __m256i y) {
+  const __m256i ax = _mm256_sign_epi8(x, x);
+  const __m256i sy = _mm256_sign_epi8(y, x);
+  const __m256i p16 = _mm256_maddubs_epi16(ax, sy);
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+// unsigned x signed bytes.
+AVX2 inline __m256 dot_us(__m256i x, __m256i y) {
+  const __m256i p16 = _mm256_maddubs_epi16(x, y);
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+AVX2 inline __m256i nibbles(const uint8_t* qs) {
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i b = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
+  return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
+}
+
+// 32 bits -> 32 bytes of 0xFF (bit set) or 0x00.
+AVX2 inline __m256i bits_to_bytes(const uint8_t* qh) {
+  uint32_t x;
+  std::memcpy(&x, qh, 4);
+  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                         0x0101010101010101, 0x0000000000000000);
+  __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(x)), shuf);
+  b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+  return _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1));
+}
+
+AVX2 inline __m256i load_a(const BlockQ8& a) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
+}
+
+AVX2 float dot_q8_0_avx2(const void* wv, const BlockQ8* a, int64_t nb) {
+  const block_q8_0* w = static_cast<const block_q8_0*>(wv);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].qs));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[i].d) * a[i].d), dot_ss(x, load_a(a[i])), acc);
+  }
+  return hsum8(acc);
+}
+
+AVX2 float dot_q4_0_avx2(const void* wv, const BlockQ8* a, int64_t nb) {
+  const block_q4_0* w = static_cast<const block_q4_0*>(wv);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const __m256i x = _mm256_sub_epi8(nibbles(w[i].qs), _mm256_set1_epi8(8));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[i].d) * a[i].d), dot_ss(x, load_a(a[i])), acc);
+  }
+  return hsum8(acc);
+}
+
+AVX2 float dot_q4_1_avx2(const void* wv, const BlockQ8* a, int64_t nb) {
+  const block_q4_1* w = static_cast<const block_q4_1*>(wv);
+  __m256 acc = _mm256_setzero_ps();
+  float mins = 0.0f;
+  for (int64_t i = 0; i < nb; ++i) {
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[i].d) * a[i].d), dot_us(nibbles(w[i].qs), load_a(a[i])), acc);
+    mins += _cvtsh_ss(w[i].m) * a[i].d * static_cast<float>(a[i].sum);
+  }
+  return hsum8(acc) + mins;
+}
+
+AVX2 float dot_q5_0_avx2(const void* wv, const BlockQ8* a, int64_t nb) {
+  const block_q5_0* w = static_cast<const block_q5_0*>(wv);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    __m256i x = nibbles(w[i].qs);
+    const __m256i hi = _mm256_andnot_si256(bits_to_bytes(w[i].qh), _mm256_set1_epi8(static_cast<char>(0xF0)));
+    x = _mm256_or_si256(x, hi);  // (q | bit << 4) - 16 as a signed byte
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[i].d) * a[i].d), dot_ss(x, load_a(a[i])), acc);
+  }
+  return hsum8(acc);
+}
+
+AVX2 float dot_q5_1_avx2(const void* wv, const BlockQ8* a, int64_t nb) {
+  const block_q5_1* w = static_cast<const block_q5_1*>(wv);
+  __m256 acc = _mm256_setzero_ps();
+  float mins = 0.0f;
+  for (int64_t i = 0; i < nb; ++i) {
+    __m256i x = nibbles(w[i].qs);
+    x = _mm256_or_si256(x, _mm256_and_si256(bits_to_bytes(w[i].qh), _mm256_set1_epi8(0x10)));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[i].d) * a[i].d), dot_us(x, load_a(a[i])), acc);
+    mins += _cvtsh_ss(w[i].m) * a[i].d * static_cast<float>(a[i].sum);
+  }
+  return hsum8(acc) + mins;
+}
+#endif
+
+using DotFn = float (*)(const void*, const BlockQ8*, int64_t);
+struct Table {
+  DotFn q8_0 = dot_q8_0_portable, q4_0 = dot_q4_0_portable, q4_1 = dot_q4_1_portable,
+        q5_0 = dot_q5_0_portable, q5_1 = dot_q5_1_portable;
+  Table() {
+#ifdef MARKBASE_X86
+    if (std::strcmp(simd_path(), "avx2") == 0) {
+      q8_0 = dot_q8_0_avx2; q4_0 = dot_q4_0_avx2; q4_1 = dot_q4_1_avx2;
+      q5_0 = dot_q5_0_avx2; q5_1 = dot_q5_1_avx2;
+    }
+#endif
+  }
+};
+
+const Table& table() {
+  static const Table t;
+  return t;
+}
+
+}  // namespace
+
+void quantize_act_q8(const float* x, BlockQ8* out, int64_t n) {
+  for (int64_t b = 0; b < n / 32; ++b, x += 32) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    BlockQ8& o = out[b];
+    o.d = fp16_to_fp32(fp32_to_fp16(d));  // stored as float16, as llama.cpp's Q8_0 blocks
+    int32_t s = 0;
+    for (int j = 0; j < 32; ++j) {
+      o.qs[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));
+      s += o.qs[j];
+    }
+    o.sum = s;
+  }
+}
+
+bool has_q8_dot(TensorType t) {
+  return t == TensorType::Q8_0 || t == TensorType::Q4_0 || t == TensorType::Q4_1 ||
+         t == TensorType::Q5_0 || t == TensorType::Q5_1;
+}
+
+float dot_q8(TensorType t, const void* w, const BlockQ8* a, int64_t nb) {
+  const Table& tb = table();
+  switch (t) {
+    case TensorType::Q8_0: return tb.q8_0(w, a, nb);
+    case TensorType::Q4_0: return tb.q4_0(w, a, nb);
+    case TensorType::Q4_1: return tb.q4_1(w, a, nb);
+    case TensorType::Q5_0: return tb.q5_0(w, a, nb);
+    case TensorType::Q5_1: return tb.q5_1(w, a, nb);
+    default: std::abort();
+  }
+}
+
+}  // namespace markbase::cpu

@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/kquant_dot.h"
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/thread_pool.h"
 #include "formats/error.h"
@@ -98,9 +99,32 @@ class CpuBackend : public Backend {
       });
       const cpu::BlockQ8* q = act_q8_.data();
       pool_.parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
-        for (int64_t n = n0; n < n1; ++n)
-          for (int t = 0; t < T; ++t)
-            out[t * out_stride + n] = cpu::dot_q8(w.type, base + n * rb, q + t * nb, nb);
+        float r[4];
+        for (int64_t n = n0; n < n1; ++n) {
+          int t = 0;
+          for (; t + 4 <= T; t += 4) {
+            cpu::dot_q8_x4(w.type, base + n * rb, q + t * nb, nb, nb, r);
+            for (int j = 0; j < 4; ++j) out[(t + j) * out_stride + n] = r[j];
+          }
+          for (; t < T; ++t) out[t * out_stride + n] = cpu::dot_q8(w.type, base + n * rb, q + t * nb, nb);
+        }
+      });
+      return;
+    }
+    if (!opt_.precise && cpu::has_q8k_dot(w.type)) {
+      const int64_t nb = K / 256;
+      act_q8k_.resize(static_cast<size_t>(T) * nb);
+      pool_.parallel_for(T, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) cpu::quantize_act_q8k(a + t * a_stride, &act_q8k_[t * nb], K);
+      });
+      const cpu::BlockQ8K* q = act_q8k_.data();
+      pool_.parallel_for(N, 4, [&](int64_t n0, int64_t n1) {
+        thread_local std::vector<cpu::UnpackedK> row;
+        if (static_cast<int64_t>(row.size()) < nb) row.resize(nb);
+        for (int64_t n = n0; n < n1; ++n) {
+          cpu::unpack_k_row(w.type, base + n * rb, row.data(), nb);
+          for (int t = 0; t < T; ++t) out[t * out_stride + n] = cpu::dot_q8k(row.data(), q + t * nb, nb);
+        }
       });
       return;
     }
@@ -355,6 +379,7 @@ class CpuBackend : public Backend {
   std::map<const Graph*, Bufs> buffers_;
   std::map<const uint8_t*, std::vector<float>> small_;
   std::vector<cpu::BlockQ8> act_q8_;
+  std::vector<cpu::BlockQ8K> act_q8k_;
   int ops_ = 0;
 };
 

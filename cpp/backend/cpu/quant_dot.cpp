@@ -185,6 +185,54 @@ AVX2 float dot_q5_1_avx2(const void* wv, const BlockQ8* a, int64_t nb) {
   }
   return hsum8(acc) + mins;
 }
+
+// Four activation rows at once: each weight block is unpacked once (prefill).
+template <int KIND>
+AVX2 inline __m256i unpack_signed(const void* wv, int64_t i) {
+  if constexpr (KIND == 0) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const block_q8_0*>(wv)[i].qs));
+  } else if constexpr (KIND == 1) {
+    return _mm256_sub_epi8(nibbles(static_cast<const block_q4_0*>(wv)[i].qs), _mm256_set1_epi8(8));
+  } else {
+    const block_q5_0& b = static_cast<const block_q5_0*>(wv)[i];
+    const __m256i hi = _mm256_andnot_si256(bits_to_bytes(b.qh), _mm256_set1_epi8(static_cast<char>(0xF0)));
+    return _mm256_or_si256(nibbles(b.qs), hi);
+  }
+}
+
+template <int KIND>
+AVX2 inline float scale_of(const void* wv, int64_t i) {
+  if constexpr (KIND == 0) return _cvtsh_ss(static_cast<const block_q8_0*>(wv)[i].d);
+  else if constexpr (KIND == 1) return _cvtsh_ss(static_cast<const block_q4_0*>(wv)[i].d);
+  else return _cvtsh_ss(static_cast<const block_q5_0*>(wv)[i].d);
+}
+
+template <int KIND>
+AVX2 void dot4_avx2(const void* w, const BlockQ8* a0, int64_t stride, int64_t nb, float* out) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps(),
+         acc3 = _mm256_setzero_ps();
+  const BlockQ8* a1 = a0 + stride;
+  const BlockQ8* a2 = a1 + stride;
+  const BlockQ8* a3 = a2 + stride;
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t i = 0; i < nb; ++i) {
+    const __m256i x = unpack_signed<KIND>(w, i);
+    const __m256i ax = _mm256_sign_epi8(x, x);
+    const float d = scale_of<KIND>(w, i);
+#define MB_DOT(A, ACC)                                                                          \
+    {                                                                                           \
+      const __m256i sy = _mm256_sign_epi8(load_a(A[i]), x);                                     \
+      const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), ones)); \
+      ACC = _mm256_fmadd_ps(_mm256_set1_ps(d * A[i].d), p, ACC);                                \
+    }
+    MB_DOT(a0, acc0) MB_DOT(a1, acc1) MB_DOT(a2, acc2) MB_DOT(a3, acc3)
+#undef MB_DOT
+  }
+  out[0] = hsum8(acc0);
+  out[1] = hsum8(acc1);
+  out[2] = hsum8(acc2);
+  out[3] = hsum8(acc3);
+}
 #endif
 
 using DotFn = float (*)(const void*, const BlockQ8*, int64_t);
@@ -208,12 +256,14 @@ const Table& table() {
 
 }  // namespace
 
+// Rounds exactly as llama.cpp's x86 quantize_row_q8_0 (scale 127 / amax, round half to even),
+// so that both engines see the same quantized activations.
 void quantize_act_q8(const float* x, BlockQ8* out, int64_t n) {
   for (int64_t b = 0; b < n / 32; ++b, x += 32) {
     float amax = 0.0f;
     for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[j]));
     const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     BlockQ8& o = out[b];
     o.d = fp16_to_fp32(fp32_to_fp16(d));  // stored as float16, as llama.cpp's Q8_0 blocks
     int32_t s = 0;
@@ -228,6 +278,20 @@ void quantize_act_q8(const float* x, BlockQ8* out, int64_t n) {
 bool has_q8_dot(TensorType t) {
   return t == TensorType::Q8_0 || t == TensorType::Q4_0 || t == TensorType::Q4_1 ||
          t == TensorType::Q5_0 || t == TensorType::Q5_1;
+}
+
+void dot_q8_x4(TensorType t, const void* w, const BlockQ8* a, int64_t stride, int64_t nb, float* out) {
+#ifdef MARKBASE_X86
+  if (table().q8_0 == dot_q8_0_avx2) {
+    switch (t) {
+      case TensorType::Q8_0: return dot4_avx2<0>(w, a, stride, nb, out);
+      case TensorType::Q4_0: return dot4_avx2<1>(w, a, stride, nb, out);
+      case TensorType::Q5_0: return dot4_avx2<2>(w, a, stride, nb, out);
+      default: break;
+    }
+  }
+#endif
+  for (int j = 0; j < 4; ++j) out[j] = dot_q8(t, w, a + j * stride, nb);
 }
 
 float dot_q8(TensorType t, const void* w, const BlockQ8* a, int64_t nb) {

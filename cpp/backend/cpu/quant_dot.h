@@ -20,5 +20,7 @@ void quantize_act_q8(const float* x, BlockQ8* out, int64_t n);
 bool has_q8_dot(TensorType t);
 // Dot product of one weight row (nb blocks of type t) with nb activation blocks.
 float dot_q8(TensorType t, const void* w, const BlockQ8* a, int64_t nb);
+// The same for four activation rows (a, a + stride, ...): out[j] equals dot_q8 of row j exactly.
+void dot_q8_x4(TensorType t, const void* w, const BlockQ8* a, int64_t stride, int64_t nb, float* out);
 
 }  // namespace markbase::cpu

@@ -1,39 +1,60 @@
 #include "backend/cpu/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define MB_PAUSE() _mm_pause()
+#else
+#define MB_PAUSE() std::this_thread::yield()
+#endif
 
 namespace markbase {
 
 ThreadPool::ThreadPool(int n_threads) : n_(std::max(1, n_threads)) {
-  for (int i = 1; i < n_; ++i) threads_.emplace_back(&ThreadPool::worker, this, i);
+  for (int i = 1; i < n_; ++i) threads_.emplace_back(&ThreadPool::worker, this);
 }
 
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;
+    generation_.fetch_add(1);
   }
   cv_.notify_all();
   for (auto& t : threads_) t.join();
 }
 
-void ThreadPool::worker(int) {
-  uint64_t seen = 0;
+void ThreadPool::run_chunks() {
+  const int64_t total = total_, chunk = chunk_;
   for (;;) {
-    std::unique_lock<std::mutex> lk(mu_);
-    cv_.wait(lk, [&] { return stop_ || generation_ != seen; });
-    if (stop_) return;
-    seen = generation_;
-    const auto* fn = fn_;
-    const int64_t total = total_, chunk = chunk_;
-    lk.unlock();
-    for (;;) {
-      int64_t b = next_.fetch_add(chunk);
-      if (b >= total) break;
-      (*fn)(b, std::min(total, b + chunk));
+    const int64_t b = next_.fetch_add(chunk);
+    if (b >= total) break;
+    (*fn_)(b, std::min(total, b + chunk));
+  }
+}
+
+void ThreadPool::worker() {
+  uint64_t seen = generation_.load();
+  for (;;) {
+    // Spin for a short while: the next op usually follows within microseconds.
+    auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+    int spins = 0;
+    while (generation_.load(std::memory_order_acquire) == seen) {
+      MB_PAUSE();
+      if (++spins % 256 == 0 && std::chrono::steady_clock::now() > spin_until) {
+        std::unique_lock<std::mutex> lk(mu_);
+        sleeping_.fetch_add(1);
+        cv_.wait(lk, [&] { return generation_.load() != seen; });
+        sleeping_.fetch_sub(1);
+        break;
+      }
     }
-    lk.lock();
-    if (--active_ == 0) done_cv_.notify_all();
+    seen = generation_.load(std::memory_order_acquire);
+    if (stop_.load()) return;
+    run_chunks();
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
@@ -46,24 +67,18 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
     return;
   }
   // Several chunks per thread balance uneven work; never smaller than the grain.
-  const int64_t chunk = std::max(grain, (n + 4 * n_ - 1) / (4 * n_));
+  fn_ = &fn;
+  total_ = n;
+  chunk_ = std::max(grain, (n + 4 * n_ - 1) / (4 * n_));
+  next_.store(0);
+  pending_.store(n_ - 1);
   {
     std::lock_guard<std::mutex> lk(mu_);
-    fn_ = &fn;
-    total_ = n;
-    chunk_ = chunk;
-    next_.store(0);
-    active_ = n_ - 1;
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
   }
-  cv_.notify_all();
-  for (;;) {
-    int64_t b = next_.fetch_add(chunk);
-    if (b >= n) break;
-    fn(b, std::min(n, b + chunk));
-  }
-  std::unique_lock<std::mutex> lk(mu_);
-  done_cv_.wait(lk, [&] { return active_ == 0; });
+  if (sleeping_.load() > 0) cv_.notify_all();
+  run_chunks();
+  while (pending_.load(std::memory_order_acquire) != 0) MB_PAUSE();
 }
 
 }  // namespace markbase

@@ -1,8 +1,10 @@
 // A persistent pool of worker threads: parallel_for splits a range across them with no per-op
-// thread start-up. The calling thread takes part in the work.
+// thread start-up. Workers spin briefly between ops (a decode step runs hundreds of small ops
+// back to back), then sleep on a condition variable. The calling thread takes part in the work.
 #pragma once
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -19,17 +21,19 @@ class ThreadPool {
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
-  void worker(int id);
+  void worker();
+  void run_chunks();
   int n_;
   std::vector<std::thread> threads_;
   std::mutex mu_;
-  std::condition_variable cv_, done_cv_;
+  std::condition_variable cv_;
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t total_ = 0, chunk_ = 0;
   std::atomic<int64_t> next_{0};
-  int active_ = 0;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
+  std::atomic<int> pending_{0};
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> sleeping_{0};
+  std::atomic<bool> stop_{false};
 };
 
 }  // namespace markbase

@@ -1,0 +1,149 @@
+#include "backend/cpu/kquant_dot.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/kernels.h"
+#include "formats/half.h"
+#include "formats/quants.h"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define MARKBASE_X86 1
+#endif
+
+namespace markbase::cpu {
+
+bool has_q8k_dot(TensorType t) {
+  return t == TensorType::Q4_K || t == TensorType::Q5_K || t == TensorType::Q6_K;
+}
+
+// As llama.cpp's quantize_row_q8_K: the scale comes from the signed value of largest magnitude,
+// values round half to even and clip at 127.
+void quantize_act_q8k(const float* x, BlockQ8K* out, int64_t n) {
+  for (int64_t b = 0; b < n / 256; ++b, x += 256) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 256; ++j)
+      if (std::fabs(x[j]) > amax) { amax = std::fabs(x[j]); max = x[j]; }
+    BlockQ8K& o = out[b];
+    if (amax == 0.0f) {
+      std::memset(&o, 0, sizeof(o));
+      continue;
+    }
+    const float iscale = -127.0f / max;
+    for (int j = 0; j < 256; ++j) {
+      const int v = static_cast<int>(std::nearbyint(iscale * x[j]));
+      o.qs[j] = static_cast<int8_t>(v > 127 ? 127 : v);
+    }
+    for (int g = 0; g < 16; ++g) {
+      int s = 0;
+      for (int l = 0; l < 16; ++l) s += o.qs[g * 16 + l];
+      o.bsums[g] = static_cast<int16_t>(s);
+    }
+    o.d = 1.0f / iscale;
+  }
+}
+
+void unpack_k_row(TensorType t, const void* row, UnpackedK* out, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    UnpackedK& u = out[i];
+    if (t == TensorType::Q6_K) {
+      const block_q6_K& b = static_cast<const block_q6_K*>(row)[i];
+      u.d = fp16_to_fp32(b.d);
+      u.dmin = 0.0f;
+      for (int g = 0; g < 16; ++g) { u.scale[g] = b.scales[g]; u.min[g] = 0; }
+      for (int n = 0; n < 2; ++n) {
+        const uint8_t* ql = b.ql + 64 * n;
+        const uint8_t* qh = b.qh + 32 * n;
+        int8_t* q = u.q + 128 * n;
+        for (int l = 0; l < 32; ++l) {
+          q[l] = static_cast<int8_t>(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
+          q[l + 32] = static_cast<int8_t>(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+          q[l + 64] = static_cast<int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+          q[l + 96] = static_cast<int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+        }
+      }
+      continue;
+    }
+    // Q4_K / Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins.
+    const bool five = t == TensorType::Q5_K;
+    const uint8_t* scales;
+    const uint8_t* qs;
+    const uint8_t* qh = nullptr;
+    if (five) {
+      const block_q5_K& b = static_cast<const block_q5_K*>(row)[i];
+      u.d = fp16_to_fp32(b.d); u.dmin = fp16_to_fp32(b.dmin);
+      scales = b.scales; qs = b.qs; qh = b.qh;
+    } else {
+      const block_q4_K& b = static_cast<const block_q4_K*>(row)[i];
+      u.d = fp16_to_fp32(b.d); u.dmin = fp16_to_fp32(b.dmin);
+      scales = b.scales; qs = b.qs;
+    }
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc, m;
+      k_scale_min(j, scales, &sc, &m);
+      u.scale[2 * j] = u.scale[2 * j + 1] = sc;
+      u.min[2 * j] = u.min[2 * j + 1] = m;
+      const uint8_t* src = qs + (j / 2) * 32;
+      for (int l = 0; l < 32; ++l) {
+        int v = (j % 2 == 0) ? (src[l] & 0xF) : (src[l] >> 4);
+        if (five && (qh[l] >> j) & 1) v += 16;
+        u.q[j * 32 + l] = static_cast<int8_t>(v);
+      }
+    }
+  }
+}
+
+namespace {
+
+float dot_q8k_portable(const UnpackedK* w, const BlockQ8K* a, int64_t nb) {
+  float acc = 0.0f;
+  for (int64_t i = 0; i < nb; ++i) {
+    int32_t sumi = 0, summ = 0;
+    for (int g = 0; g < 16; ++g) {
+      int32_t s = 0;
+      for (int l = 0; l < 16; ++l) s += static_cast<int32_t>(w[i].q[g * 16 + l]) * a[i].qs[g * 16 + l];
+      sumi += s * w[i].scale[g];
+      summ += static_cast<int32_t>(w[i].min[g]) * a[i].bsums[g];
+    }
+    acc += w[i].d * a[i].d * static_cast<float>(sumi) - w[i].dmin * a[i].d * static_cast<float>(summ);
+  }
+  return acc;
+}
+
+#ifdef MARKBASE_X86
+__attribute__((target("avx2,fma"))) float dot_q8k_avx2(const UnpackedK* w, const BlockQ8K* a, int64_t nb) {
+  float acc = 0.0f;
+  for (int64_t i = 0; i < nb; ++i) {
+    __m256i sum = _mm256_setzero_si256();
+    for (int g = 0; g < 16; g += 2) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].q + g * 16));
+      const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].qs + g * 16));
+      const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+      const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(w[i].scale[g + 1]), _mm_set1_epi16(w[i].scale[g]));
+      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p16, sc));
+    }
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    s = _mm_hadd_epi32(s, s);
+    s = _mm_hadd_epi32(s, s);
+    const int32_t sumi = _mm_cvtsi128_si32(s);
+    int32_t summ = 0;
+    if (w[i].dmin != 0.0f)
+      for (int g = 0; g < 16; ++g) summ += static_cast<int32_t>(w[i].min[g]) * a[i].bsums[g];
+    acc += w[i].d * a[i].d * static_cast<float>(sumi) - w[i].dmin * a[i].d * static_cast<float>(summ);
+  }
+  return acc;
+}
+#endif
+
+}  // namespace
+
+float dot_q8k(const UnpackedK* w, const BlockQ8K* a, int64_t nb) {
+#ifdef MARKBASE_X86
+  static const bool avx2 = std::strcmp(simd_path(), "avx2") == 0;
+  if (avx2) return dot_q8k_avx2(w, a, nb);
+#endif
+  return dot_q8k_portable(w, a, nb);
+}
+
+}  // namespace markbase::cpu

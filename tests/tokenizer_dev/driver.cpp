@@ -10,8 +10,10 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <stdexcept>
 
+#include "../../cpp/formats/error.h"
 #include "../../cpp/runtime/tokenizer.h"
 
 using namespace markbase;
@@ -54,7 +56,14 @@ int main(int argc, char** argv) {
   v.add_bos = r.get<uint8_t>(); v.add_space_prefix = r.get<uint8_t>();
 
   auto t0 = std::chrono::steady_clock::now();
-  Tokenizer tok(std::move(v));
+  std::unique_ptr<Tokenizer> owned;
+  try {
+    owned = std::make_unique<Tokenizer>(std::move(v));
+  } catch (const FormatError& e) {
+    fprintf(stderr, "FormatError: %s\n", e.what());
+    return 3;
+  }
+  Tokenizer& tok = *owned;
   auto t1 = std::chrono::steady_clock::now();
   fprintf(stderr, "driver: loaded %zu tokens in %.1f ms\n", tok.size(),
           std::chrono::duration<double, std::milli>(t1 - t0).count());

@@ -42,6 +42,8 @@ VocabData vocab_from_gguf(const ModelFile& f) {
   v.eot_id = id("tokenizer.ggml.eot_token_id");
   v.eom_id = id("tokenizer.ggml.eom_token_id");
   if (const Value* b = f.find("tokenizer.ggml.add_bos_token")) v.add_bos = b->as_bool();
+  // llama.cpp's default: SentencePiece-style vocabularies add a space prefix unless told not to.
+  v.add_space_prefix = v.model == "llama";
   if (const Value* b = f.find("tokenizer.ggml.add_space_prefix")) v.add_space_prefix = b->as_bool();
   return v;
 }

@@ -100,6 +100,15 @@ class CpuBackend : public Backend {
       const cpu::BlockQ8* q = act_q8_.data();
       pool_.parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
         float r[4];
+        if (T == 1) {  // decode: four weight rows per pass over the activation row
+          int64_t n = n0;
+          for (; n + 4 <= n1; n += 4) {
+            cpu::dot_q8_rows4(w.type, base + n * rb, rb, q, nb, r);
+            for (int j = 0; j < 4; ++j) out[n + j] = r[j];
+          }
+          for (; n < n1; ++n) out[n] = cpu::dot_q8(w.type, base + n * rb, q, nb);
+          return;
+        }
         for (int64_t n = n0; n < n1; ++n) {
           int t = 0;
           for (; t + 4 <= T; t += 4) {

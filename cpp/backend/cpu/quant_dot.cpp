@@ -233,6 +233,37 @@ AVX2 void dot4_avx2(const void* w, const BlockQ8* a0, int64_t stride, int64_t nb
   out[2] = hsum8(acc2);
   out[3] = hsum8(acc3);
 }
+
+// Four weight rows at once against one activation row (decode): the activation block is loaded
+// once for four rows. out[r] equals the single-row kernel's result exactly.
+template <int KIND>
+AVX2 void rows4_avx2(const void* w, size_t row_bytes, const BlockQ8* a, int64_t nb, float* out) {
+  const uint8_t* base = static_cast<const uint8_t*>(w);
+  const void* w0 = base;
+  const void* w1 = base + row_bytes;
+  const void* w2 = base + 2 * row_bytes;
+  const void* w3 = base + 3 * row_bytes;
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps(),
+         acc3 = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t i = 0; i < nb; ++i) {
+    const __m256i y = load_a(a[i]);
+    const float da = a[i].d;
+#define MB_ROW(W, ACC)                                                                          \
+    {                                                                                           \
+      const __m256i x = unpack_signed<KIND>(W, i);                                              \
+      const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)); \
+      const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));                        \
+      ACC = _mm256_fmadd_ps(_mm256_set1_ps(scale_of<KIND>(W, i) * da), p, ACC);                 \
+    }
+    MB_ROW(w0, acc0) MB_ROW(w1, acc1) MB_ROW(w2, acc2) MB_ROW(w3, acc3)
+#undef MB_ROW
+  }
+  out[0] = hsum8(acc0);
+  out[1] = hsum8(acc1);
+  out[2] = hsum8(acc2);
+  out[3] = hsum8(acc3);
+}
 #endif
 
 using DotFn = float (*)(const void*, const BlockQ8*, int64_t);
@@ -292,6 +323,20 @@ void dot_q8_x4(TensorType t, const void* w, const BlockQ8* a, int64_t stride, in
   }
 #endif
   for (int j = 0; j < 4; ++j) out[j] = dot_q8(t, w, a + j * stride, nb);
+}
+
+void dot_q8_rows4(TensorType t, const void* w, size_t row_bytes, const BlockQ8* a, int64_t nb, float* out) {
+#ifdef MARKBASE_X86
+  if (table().q8_0 == dot_q8_0_avx2) {
+    switch (t) {
+      case TensorType::Q8_0: return rows4_avx2<0>(w, row_bytes, a, nb, out);
+      case TensorType::Q4_0: return rows4_avx2<1>(w, row_bytes, a, nb, out);
+      case TensorType::Q5_0: return rows4_avx2<2>(w, row_bytes, a, nb, out);
+      default: break;
+    }
+  }
+#endif
+  for (int r = 0; r < 4; ++r) out[r] = dot_q8(t, static_cast<const uint8_t*>(w) + r * row_bytes, a, nb);
 }
 
 float dot_q8(TensorType t, const void* w, const BlockQ8* a, int64_t nb) {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/matmul.h"
 #include "bindings/convert.h"
 #include "formats/error.h"
 #include "runtime/engine.h"
@@ -105,6 +106,35 @@ void init_runtime(py::module_& m) {
   bind_tokenizer_methods(tok);
 
   m.def("simd_path", &cpu::simd_path);
+  // The CPU backend's matrix product on raw weight blocks, for kernel tests:
+  // raw [rows, row_bytes] of `type`, x [T, cols] -> [T, rows].
+  m.def("_cpu_matmul", [](py::array_t<uint8_t, py::array::c_style | py::array::forcecast> raw,
+                          const std::string& type, int64_t cols,
+                          py::array_t<float, py::array::c_style | py::array::forcecast> x,
+                          bool precise, int threads) {
+    TensorView w;
+    w.type = type_from_name(type);
+    const int64_t be = traits(w.type).block_elems;
+    if (cols <= 0 || cols % be) throw std::invalid_argument("cols must be a positive multiple of the block size");
+    if (raw.ndim() != 2 || static_cast<size_t>(raw.shape(1)) != row_bytes(w.type, cols))
+      throw std::invalid_argument("raw must be [rows, row_bytes(type, cols)]");
+    if (x.ndim() != 2 || x.shape(1) != cols) throw std::invalid_argument("x must be [T, cols]");
+    const int rows = static_cast<int>(raw.shape(0)), T = static_cast<int>(x.shape(0));
+    w.shape = {rows, cols};
+    w.data = raw.data();
+    w.nbytes = raw.size();
+    py::array_t<float> out({T, rows});
+    float* o = out.mutable_data();
+    const float* xa = x.data();
+    {
+      py::gil_scoped_release nogil;
+      ThreadPool pool(threads);
+      cpu::MatmulScratch scratch;
+      cpu::matmul(pool, scratch, w, xa, static_cast<int>(cols), T, o, rows, rows, precise);
+    }
+    return out;
+  }, py::arg("raw"), py::arg("type"), py::arg("cols"), py::arg("x"), py::arg("precise"),
+     py::arg("threads") = 2);
   m.def("check_sampling", [](float temperature, int top_k, float top_p, float min_p,
                              float repeat_penalty, py::object seed) {
     params(temperature, top_k, top_p, min_p, repeat_penalty, seed);

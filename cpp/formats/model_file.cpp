@@ -25,7 +25,6 @@ std::shared_ptr<ModelFile> ModelFile::open(const std::string& path) {
     mf->st_ = std::make_unique<SafetensorsSet>(path);
   } else {
     mf->gguf_ = std::make_unique<GGUFFile>(path);
-    mf->metadata_ = mf->gguf_->metadata();
   }
   return mf;
 }

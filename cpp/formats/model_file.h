@@ -21,7 +21,9 @@ class ModelFile {
   bool is_gguf() const { return gguf_ != nullptr; }
   const std::string& path() const { return path_; }
   // GGUF: every key in file order. Hugging Face: config.json's top-level keys.
-  const std::vector<std::pair<std::string, Value>>& metadata() const { return metadata_; }
+  const std::vector<std::pair<std::string, Value>>& metadata() const {
+    return gguf_ ? gguf_->metadata() : metadata_;
+  }
   const Value* find(const std::string& key) const;
   const std::vector<TensorView>& tensors() const;
   const TensorView* tensor(const std::string& name) const;
@@ -36,7 +38,7 @@ class ModelFile {
   std::unique_ptr<GGUFFile> gguf_;
   std::unique_ptr<SafetensorsSet> st_;
   Value config_;
-  std::vector<std::pair<std::string, Value>> metadata_;
+  std::vector<std::pair<std::string, Value>> metadata_;  // Hugging Face: config.json's keys
 };
 
 // Dequantizes any tensor view into dst (numel floats).

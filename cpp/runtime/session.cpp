@@ -50,6 +50,12 @@ std::vector<float> Session::forward(const std::vector<int>& tokens, float* all_r
     std::memcpy(last.data(), logits + (all ? static_cast<size_t>(T - 1) * V : 0), sizeof(float) * V);
     pos_ += T;
     done += T;
+    // Keep the graphs every sequence uses (a full chunk, one token); a graph for the odd size of
+    // a prompt's last chunk is freed at once, so memory does not grow with each new length.
+    if (T != chunk_ && T != 1) {
+      backend_.release(g);
+      graphs_.erase(std::make_pair(T, all));
+    }
   }
   return last;
 }

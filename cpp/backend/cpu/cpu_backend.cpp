@@ -10,8 +10,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
-#include "backend/cpu/kquant_dot.h"
-#include "backend/cpu/quant_dot.h"
+#include "backend/cpu/matmul.h"
 #include "backend/cpu/thread_pool.h"
 #include "formats/error.h"
 #include "formats/half.h"
@@ -83,74 +82,9 @@ class CpuBackend : public Backend {
     return it->second.data();
   }
 
-  // out[t, n] = dot(a[t], W[n]) for n in [0, N), t in [0, T). The fast path quantizes the
-  // activations to 8-bit blocks once and uses integer dot products for the 32-block types; the
-  // precise path (and every other type) dequantizes one weight row at a time into floats.
   void matmul(const TensorView& w, const float* a, int a_stride, int T, float* out, int out_stride,
               int N) {
-    const int64_t K = w.cols();
-    const size_t rb = w.row_stride();
-    const uint8_t* base = w.data;
-    if (!opt_.precise && cpu::has_q8_dot(w.type)) {
-      const int64_t nb = K / 32;
-      act_q8_.resize(static_cast<size_t>(T) * nb);
-      pool_.parallel_for(T, 1, [&](int64_t t0, int64_t t1) {
-        for (int64_t t = t0; t < t1; ++t) cpu::quantize_act_q8(a + t * a_stride, &act_q8_[t * nb], K);
-      });
-      const cpu::BlockQ8* q = act_q8_.data();
-      pool_.parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
-        float r[4];
-        if (T == 1) {  // decode: four weight rows per pass over the activation row
-          int64_t n = n0;
-          for (; n + 4 <= n1; n += 4) {
-            cpu::dot_q8_rows4(w.type, base + n * rb, rb, q, nb, r);
-            for (int j = 0; j < 4; ++j) out[n + j] = r[j];
-          }
-          for (; n < n1; ++n) out[n] = cpu::dot_q8(w.type, base + n * rb, q, nb);
-          return;
-        }
-        for (int64_t n = n0; n < n1; ++n) {
-          int t = 0;
-          for (; t + 4 <= T; t += 4) {
-            cpu::dot_q8_x4(w.type, base + n * rb, q + t * nb, nb, nb, r);
-            for (int j = 0; j < 4; ++j) out[(t + j) * out_stride + n] = r[j];
-          }
-          for (; t < T; ++t) out[t * out_stride + n] = cpu::dot_q8(w.type, base + n * rb, q + t * nb, nb);
-        }
-      });
-      return;
-    }
-    if (!opt_.precise && cpu::has_q8k_dot(w.type)) {
-      const int64_t nb = K / 256;
-      act_q8k_.resize(static_cast<size_t>(T) * nb);
-      pool_.parallel_for(T, 1, [&](int64_t t0, int64_t t1) {
-        for (int64_t t = t0; t < t1; ++t) cpu::quantize_act_q8k(a + t * a_stride, &act_q8k_[t * nb], K);
-      });
-      const cpu::BlockQ8K* q = act_q8k_.data();
-      pool_.parallel_for(N, 4, [&](int64_t n0, int64_t n1) {
-        thread_local std::vector<cpu::UnpackedK> row;
-        if (static_cast<int64_t>(row.size()) < nb) row.resize(nb);
-        for (int64_t n = n0; n < n1; ++n) {
-          cpu::unpack_k_row(w.type, base + n * rb, row.data(), nb);
-          for (int t = 0; t < T; ++t) out[t * out_stride + n] = cpu::dot_q8k(row.data(), q + t * nb, nb);
-        }
-      });
-      return;
-    }
-    pool_.parallel_for(N, 4, [&](int64_t n0, int64_t n1) {
-      thread_local std::vector<float> row;
-      if (static_cast<int64_t>(row.size()) < K) row.resize(K);
-      for (int64_t n = n0; n < n1; ++n) {
-        const float* wr;
-        if (w.type == TensorType::F32) {
-          wr = reinterpret_cast<const float*>(base + n * rb);
-        } else {
-          dequantize_row(w.type, base + n * rb, row.data(), K);
-          wr = row.data();
-        }
-        for (int t = 0; t < T; ++t) out[t * out_stride + n] = cpu::dot_f32(a + t * a_stride, wr, K);
-      }
-    });
+    cpu::matmul(pool_, scratch_, w, a, a_stride, T, out, out_stride, N, opt_.precise);
   }
 
   void exec(const Graph& g, const Op& op, const Step& step, CpuCaches& kv, Bufs& bufs) {
@@ -387,8 +321,7 @@ class CpuBackend : public Backend {
   ThreadPool pool_;
   std::map<const Graph*, Bufs> buffers_;
   std::map<const uint8_t*, std::vector<float>> small_;
-  std::vector<cpu::BlockQ8> act_q8_;
-  std::vector<cpu::BlockQ8K> act_q8k_;
+  cpu::MatmulScratch scratch_;
   int ops_ = 0;
 };
 

@@ -44,7 +44,92 @@ void quantize_act_q8k(const float* x, BlockQ8K* out, int64_t n) {
   }
 }
 
+namespace {
+void unpack_k_row_portable(TensorType t, const void* row, UnpackedK* out, int64_t nb);
+#ifdef MARKBASE_X86
+void unpack_k_row_avx2(TensorType t, const void* row, UnpackedK* out, int64_t nb);
+#endif
+}  // namespace
+
 void unpack_k_row(TensorType t, const void* row, UnpackedK* out, int64_t nb) {
+#ifdef MARKBASE_X86
+  static const bool avx2 = std::strcmp(simd_path(), "avx2") == 0;
+  if (avx2) return unpack_k_row_avx2(t, row, out, nb);
+#endif
+  unpack_k_row_portable(t, row, out, nb);
+}
+
+namespace {
+
+// Scales, mins and d of a Q4_K / Q5_K block (shared by both unpackers).
+template <class B>
+void k_header(const B& b, UnpackedK& u) {
+  u.d = fp16_to_fp32(b.d);
+  u.dmin = fp16_to_fp32(b.dmin);
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, m;
+    k_scale_min(j, b.scales, &sc, &m);
+    u.scale[2 * j] = u.scale[2 * j + 1] = sc;
+    u.min[2 * j] = u.min[2 * j + 1] = m;
+  }
+}
+
+#ifdef MARKBASE_X86
+__attribute__((target("avx2"))) void unpack_k_row_avx2(TensorType t, const void* row, UnpackedK* out, int64_t nb) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+  for (int64_t i = 0; i < nb; ++i) {
+    UnpackedK& u = out[i];
+#define store(off, v) _mm256_storeu_si256(reinterpret_cast<__m256i*>(u.q + (off)), (v))
+    if (t == TensorType::Q6_K) {
+      const block_q6_K& b = static_cast<const block_q6_K*>(row)[i];
+      u.d = fp16_to_fp32(b.d);
+      u.dmin = 0.0f;
+      for (int g = 0; g < 16; ++g) { u.scale[g] = b.scales[g]; u.min[g] = 0; }
+      const __m256i k32 = _mm256_set1_epi8(32);
+      for (int n = 0; n < 2; ++n) {
+        const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * n));
+        const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * n + 32));
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * n));
+        const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(h, m3), 4);
+        const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4);
+        const __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4);
+        const __m256i h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4);
+        store(128 * n, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(l0, m4), h0), k32));
+        store(128 * n + 32, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(l1, m4), h1), k32));
+        store(128 * n + 64, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), h2), k32));
+        store(128 * n + 96, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), h3), k32));
+      }
+      continue;
+    }
+    const bool five = t == TensorType::Q5_K;
+    const uint8_t* qs;
+    __m256i qh = _mm256_setzero_si256();
+    if (five) {
+      const block_q5_K& b = static_cast<const block_q5_K*>(row)[i];
+      k_header(b, u);
+      qs = b.qs;
+      qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
+    } else {
+      const block_q4_K& b = static_cast<const block_q4_K*>(row)[i];
+      k_header(b, u);
+      qs = b.qs;
+    }
+    for (int p = 0; p < 4; ++p) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * p));
+      __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+      if (five) {
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * p), one), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * p + 1), one), 4));
+      }
+      store(64 * p, lo);
+      store(64 * p + 32, hi);
+    }
+#undef store
+  }
+}
+#endif
+
+void unpack_k_row_portable(TensorType t, const void* row, UnpackedK* out, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
     UnpackedK& u = out[i];
     if (t == TensorType::Q6_K) {
@@ -93,6 +178,8 @@ void unpack_k_row(TensorType t, const void* row, UnpackedK* out, int64_t nb) {
     }
   }
 }
+
+}  // namespace
 
 namespace {
 

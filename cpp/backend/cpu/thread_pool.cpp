@@ -13,7 +13,10 @@
 namespace markbase {
 
 ThreadPool::ThreadPool(int n_threads) : n_(std::max(1, n_threads)) {
-  for (int i = 1; i < n_; ++i) threads_.emplace_back(&ThreadPool::worker, this);
+  // Workers start from the generation as it is now: a parallel_for issued before a worker is
+  // first scheduled must still be seen by it.
+  const uint64_t start = generation_.load();
+  for (int i = 1; i < n_; ++i) threads_.emplace_back(&ThreadPool::worker, this, start);
 }
 
 ThreadPool::~ThreadPool() {
@@ -35,8 +38,7 @@ void ThreadPool::run_chunks() {
   }
 }
 
-void ThreadPool::worker() {
-  uint64_t seen = generation_.load();
+void ThreadPool::worker(uint64_t seen) {
   for (;;) {
     // Spin for a short while: the next op usually follows within microseconds.
     auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);

@@ -21,7 +21,7 @@ class ThreadPool {
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
-  void worker();
+  void worker(uint64_t seen);
   void run_chunks();
   int n_;
   std::vector<std::thread> threads_;

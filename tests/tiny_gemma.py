@@ -5,15 +5,18 @@ The models are the oracle side of MarkBase's parity tests: transformers computes
 logits and greedy tokens, MarkBase loads the saved directory (or a GGUF converted from it) and must
 reproduce them. Everything is float32 and deterministic from a seed.
 
-Kinds (``KINDS``):
-  gemma3       Gemma3ForCausalLM: sliding + full layers, query_pre_attn_scalar != head_dim,
-               linear RoPE scaling (x8) on the full layers.
-  gemma4       Gemma4ForCausalLM, dense, E2B-like: per-layer embeddings (PLE), KV sharing (the
-               last non-shared layer is full and the one before it sliding, as in E2B/E4B; the only
-               layout llama.cpp accepts), double-wide MLP on the KV-shared layers, head_dim 16
-               (sliding) / 32 (full), proportional partial RoPE on full layers, final softcap.
-  gemma4_moe   Gemma4ForCausalLM, 26B-A4B-like: MoE block (8 experts, top 2) beside the dense MLP,
-               attention_k_eq_v, num_global_key_value_heads != num_key_value_heads.
+Kinds (``KINDS``), defaults (every size is a config override, see build_model):
+  gemma3       Gemma3ForCausalLM: layers s,s,f,s,s,f, window 6, query_pre_attn_scalar 24 !=
+               head_dim 16, linear RoPE scaling (x8) on the full layers.
+  gemma4       Gemma4ForCausalLM, dense, E2B-like, 8 layers s,s,s,f,s,s,s,f, window 5: per-layer
+               embeddings (PLE, 8 per layer), KV sharing of the last 4 layers (the last non-shared
+               layer is full and the one before it sliding, as in E2B/E4B; the only layout
+               llama.cpp accepts), double-wide MLP on the KV-shared layers, head_dim 16 (sliding)
+               / 32 (full), proportional partial RoPE (0.25) on full layers, final softcap 30.
+  gemma4_moe   Gemma4ForCausalLM, 26B-A4B-like, 6 layers s,s,f,s,s,f, window 4: MoE block (8
+               experts, top 2) beside the dense MLP, attention_k_eq_v, num_global_key_value_heads
+               1 != num_key_value_heads 2, no PLE, no KV sharing.
+All: vocab 512, hidden 64, 4 query heads, 2 KV heads, max_position_embeddings 256, tied embeddings.
 Every kind also has a "published multimodal" layout for Gemma 4 (``layout="conditional"``): the same
 weights saved as Gemma4ForConditionalGeneration (tensors under ``model.language_model.``,
 config.json with ``text_config``; that config is written the way published checkpoints write it,
@@ -21,7 +24,11 @@ with ``global_head_dim`` / ``num_global_key_value_heads`` instead of transformer
 ``per_layer_config``).
 
 Every 1-D norm weight, ``layer_scalar``, ``router.scale`` and ``router.per_expert_scale`` is
-perturbed away from its initial value so that every scale matters.
+perturbed away from its initial value so that every scale matters (see perturb_; Gemma 4 q/k norm
+weights are also scaled down and router projections up so that the random models are not chaotic).
+
+Transformers 5.23 limitation: Gemma 4 with KV sharing but without PLE crashes in transformers'
+forward, so gemma4_config refuses num_kv_shared_layers > 0 with hidden_size_per_layer_input = 0.
 
 Each saved directory holds config.json, generation_config.json, model.safetensors, tokenizer.json
 (a Gemma-style BPE with byte fallback built with the ``tokenizers`` library; ids <pad>=0 <eos>=1
@@ -68,6 +75,10 @@ from transformers import (
     Gemma4ForConditionalGeneration,
     Gemma4TextConfig,
 )
+
+# The models are tiny: one intra-op thread is faster than several, and idle torch worker threads
+# spinning in the background would steal cores from the engine under test in the same process.
+torch.set_num_threads(1)
 
 PAD_ID, EOS_ID, BOS_ID, UNK_ID = 0, 1, 2, 3
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>"]
@@ -162,6 +173,10 @@ def gemma4_config(**overrides) -> Gemma4TextConfig:
         kw["vocab_size_per_layer_input"] = kw["vocab_size"]
     if kw.get("layer_types") is None:
         kw["layer_types"] = e2b_layer_types(kw["num_hidden_layers"], kw["num_kv_shared_layers"])
+    if kw["num_kv_shared_layers"] and not kw["hidden_size_per_layer_input"]:
+        # Gemma4TextModel._maybe_slice_kv_shared_inputs indexes per_layer_inputs, None without PLE
+        raise ValueError("transformers 5.23 cannot run KV sharing without PLE "
+                         "(hidden_size_per_layer_input > 0 needed)")
     return Gemma4TextConfig(**kw)
 
 
@@ -198,10 +213,19 @@ MODEL_CLASSES = {"gemma3": Gemma3ForCausalLM, "gemma4": Gemma4ForCausalLM,
 
 def perturb_(model: torch.nn.Module, seed: int) -> None:
     """Move every 1-D parameter (norm weights, router.scale, per_expert_scale) and every
-    layer_scalar buffer away from its initial value. Matrices keep transformers' init."""
+    layer_scalar buffer away from its initial value. Matrices keep transformers' init, except:
+    - Gemma 4 q_norm/k_norm weights are scaled by head_dim**-0.25: Gemma 4's attention scale is
+      1.0, so with unit norms the scores of random q/k would have std sqrt(head_dim) and saturate
+      the softmax; that makes the model chaotic (tiny weight or arithmetic differences amplified
+      ~50x in the logits). Trained checkpoints carry the temperature in these weights too.
+    - router.proj is scaled by 10 so that router logits have std ~1 instead of ~0.1 (decisive
+      top-k routing, few near-ties)."""
+    is_gemma4 = "gemma4" in getattr(text_config(model), "model_type", "")
     g = torch.Generator().manual_seed(seed + 1000)
     with torch.no_grad():
         for name, p in model.named_parameters():
+            if name.endswith("router.proj.weight"):
+                p.mul_(10.0)
             if p.ndim != 1:
                 continue
             if name.endswith("per_expert_scale"):
@@ -209,6 +233,8 @@ def perturb_(model: torch.nn.Module, seed: int) -> None:
             else:
                 # Gemma 3 norms start at 0 (used as 1+w); Gemma 4 norms/scales at 1 (used as w)
                 p.add_(0.3 * torch.randn(p.shape, generator=g))
+                if is_gemma4 and name.endswith(("q_norm.weight", "k_norm.weight")):
+                    p.mul_(p.numel() ** -0.25)
         for name, b in model.named_buffers():
             if name.endswith("layer_scalar"):
                 b.copy_(0.5 + torch.rand(b.shape, generator=g))
@@ -249,7 +275,8 @@ def _published_text_config(tc: dict[str, Any]) -> dict[str, Any]:
     full = [v for k, v in plc.items() if types[int(k)] == "full_attention"]
     if full:
         tc["global_head_dim"] = full[0]["head_dim"]
-        tc["num_global_key_value_heads"] = full[0].get("num_key_value_heads")
+        if full[0].get("num_key_value_heads") is not None:
+            tc["num_global_key_value_heads"] = full[0]["num_key_value_heads"]
     return tc
 
 
@@ -346,23 +373,96 @@ def random_prompt(length: int, vocab_size: int, seed: int, bos: bool = True) -> 
     return ([BOS_ID] if bos else []) + ids
 
 
-def pick_prompt(model: torch.nn.Module, length: int, n_new: int, seed: int,
-                tries: int = 32) -> tuple[list[int], list[int]]:
-    """A random prompt whose greedy continuation of n_new tokens contains no special id (so an
-    engine that stops at end-of-generation tokens yields all n_new). Falls back to the last try."""
+class RouterMonitor:
+    """Context manager recording, over every MoE router call, the smallest gap between the K-th
+    and (K+1)-th largest router logits (log-probabilities): how close a top-k choice came to
+    flipping. inf when the model has no router."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.min_gap = float("inf")
+        self._handles = []
+
+    def _hook(self, module, inputs, output):
+        probs = output[0].detach().float().reshape(-1, output[0].shape[-1])
+        k = module.config.top_k_experts
+        if probs.shape[-1] > k:
+            top = torch.topk(torch.log(probs.clamp_min(1e-38)), k + 1, dim=-1).values
+            self.min_gap = min(self.min_gap, float((top[:, k - 1] - top[:, k]).min()))
+
+    def __enter__(self):
+        for m in self.model.modules():
+            if type(m).__name__.endswith("TextRouter"):
+                self._handles.append(m.register_forward_hook(self._hook))
+        return self
+
+    def __exit__(self, *exc):
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+
+def top2_margin(logits: np.ndarray) -> np.ndarray:
+    """Per row: largest minus second largest logit."""
+    s = np.sort(np.asarray(logits), axis=-1)
+    return s[..., -1] - s[..., -2]
+
+
+def pick_prompt(model: torch.nn.Module, length: int, n_new: int, seed: int, tries: int = 40,
+                min_margin: float = 1e-3, min_router_gap: float = 1e-3):
+    """A random prompt (BOS + length-1 ids) that makes a robust reference:
+      - its greedy continuation of n_new tokens contains no special id (an engine that stops at
+        end-of-generation tokens then yields all n_new),
+      - every greedy choice wins by at least min_margin in the logits (no near-ties that float
+        rounding could flip),
+      - every MoE top-k choice (prompt forward and greedy steps) wins by min_router_gap.
+    Returns (ids, greedy_tokens, info). Falls back to the best candidate after `tries`."""
     vocab = text_config(model).vocab_size
+    best = None
     for t in range(tries):
         ids = random_prompt(length, vocab, seed * 1000 + t)
-        toks = hf_greedy(model, ids, n_new)
-        if not SPECIAL_IDS.intersection(toks):
-            return ids, toks
-    return ids, toks
+        with RouterMonitor(model) as mon:
+            hf_logits(model, ids)
+            toks, rows = hf_greedy(model, ids, n_new, return_logits=True)
+        info = {"try": t, "has_special": bool(SPECIAL_IDS.intersection(toks)),
+                "min_margin": float(top2_margin(rows).min()), "router_gap": mon.min_gap}
+        ok = (not info["has_special"], info["min_margin"] >= min_margin,
+              info["router_gap"] >= min_router_gap)
+        if all(ok):
+            return ids, toks, info
+        key = (sum(ok), min(info["min_margin"], info["router_gap"]))
+        if best is None or key > best[0]:
+            best = (key, ids, toks, info)
+    return best[1], best[2], best[3]
 
 
 def rel_err(a, b) -> float:
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def q8_0_roundtrip(w: torch.Tensor) -> torch.Tensor:
+    """w quantized to GGUF Q8_0 and back, along its last axis (blocks of 32, as ggml's
+    quantize_row_q8_0_ref: d = amax/127, q = roundf(x/d), d stored as fp16)."""
+    if w.shape[-1] % 32:
+        raise ValueError("Q8_0 needs rows that are a multiple of 32")
+    x = w.detach().reshape(-1, 32).float()
+    d = x.abs().amax(dim=1, keepdim=True) / 127.0
+    inv = torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
+    y = x * inv
+    q = torch.sign(y) * torch.floor(y.abs() + 0.5)  # roundf: half away from zero
+    return (q * d.half().float()).reshape(w.shape).to(w.dtype)
+
+
+def quantize_q8_0_(model: torch.nn.Module) -> torch.nn.Module:
+    """Round-trip every parameter of >= 2 dims whose rows are whole Q8_0 blocks through Q8_0 (in
+    place): what quantizing the float weights on load does. 1-D tensors stay as they are."""
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            if p.ndim >= 2 and p.shape[-1] % 32 == 0:
+                p.copy_(q8_0_roundtrip(p))
+    return model
 
 
 # --------------------------------------------------------------------------------------------
@@ -439,7 +539,8 @@ def save_tokenizer(out_dir: str, vocab_size: int) -> None:
                       "single_word": False, "special": True}
              for i, s in enumerate(SPECIAL_TOKENS)}
     cfg = {
-        "tokenizer_class": "GemmaTokenizer",
+        # not "GemmaTokenizer": transformers' GemmaTokenizer appends a '<mask>' token (id = vocab)
+        "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>",
         "add_bos_token": True, "add_eos_token": False,
         "added_tokens_decoder": added,
@@ -449,6 +550,48 @@ def save_tokenizer(out_dir: str, vocab_size: int) -> None:
     }
     with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
+
+
+def sentencepiece_model(tokenizer_json_path: str) -> bytes:
+    """A serialized SentencePiece BPE model (tokenizer.model) with the same pieces, ids and merge
+    order as a tokenizer.json written by save_tokenizer. llama.cpp's converter needs one for
+    Gemma 3. Needs the sentencepiece and protobuf packages."""
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    with open(tokenizer_json_path, encoding="utf-8") as f:
+        tj = json.load(f)
+    vocab = tj["model"]["vocab"]
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in tj["model"]["merges"]]
+    specials = {a["content"] for a in tj["added_tokens"]}
+    rank = {a + b: r for r, (a, b) in enumerate(merges)}
+    n_merges = len(merges)
+
+    m = pb.ModelProto()
+    ts = m.trainer_spec
+    ts.model_type = pb.TrainerSpec.BPE
+    ts.vocab_size = len(vocab)
+    ts.byte_fallback = bool(tj["model"].get("byte_fallback"))
+    ts.pad_id, ts.eos_id, ts.bos_id, ts.unk_id = PAD_ID, EOS_ID, BOS_ID, UNK_ID
+    ts.pad_piece, ts.eos_piece, ts.bos_piece, ts.unk_piece = SPECIAL_TOKENS
+    ns = m.normalizer_spec
+    ns.name = "identity"
+    ns.add_dummy_prefix = False
+    ns.remove_extra_whitespaces = False
+    ns.escape_whitespaces = True
+    for i, (piece, idx) in enumerate(sorted(vocab.items(), key=lambda kv: kv[1])):
+        assert idx == i, (piece, idx)
+        p = m.pieces.add()
+        p.piece = piece
+        if piece == "<unk>":
+            p.type, p.score = pb.ModelProto.SentencePiece.UNKNOWN, 0.0
+        elif piece in specials:
+            p.type, p.score = pb.ModelProto.SentencePiece.CONTROL, 0.0
+        elif len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+            p.type, p.score = pb.ModelProto.SentencePiece.BYTE, 0.0
+        else:  # a merge result scores by its merge rank (earlier = higher); characters lowest
+            p.type = pb.ModelProto.SentencePiece.NORMAL
+            p.score = -float(rank[piece]) if piece in rank else -float(n_merges + i)
+    return m.SerializeToString()
 
 
 # --------------------------------------------------------------------------------------------

@@ -159,6 +159,15 @@ def cmd_bench(args):
             print(f"{k}: {v}")
 
 
+def cmd_serve(args):
+    try:
+        from .server import serve
+    except ImportError as e:
+        raise SystemExit(f"markbase serve needs FastAPI and uvicorn: pip install 'markbase[server]' ({e})")
+    serve(args.model, host=args.host, port=args.port, backend=args.backend, max_context=args.max_context,
+          parallel=args.parallel, threads=args.threads, alias=args.alias, log_level=args.log_level)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="markbase", description="Run Gemma 3 / Gemma 4 models.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -188,6 +197,15 @@ def main(argv=None):
     b.add_argument("--json", action="store_true")
     _add_model_args(b)
     b.set_defaults(fn=cmd_bench)
+    sv = sub.add_parser("serve", help="OpenAI-compatible HTTP server: markbase serve [MODEL]")
+    sv.add_argument("model", nargs="?", default=None)
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=int, default=8080)
+    sv.add_argument("--parallel", type=int, default=1, help="requests generated at once (one model per slot)")
+    sv.add_argument("--alias", default=None, help="the model id the API reports (default: the file name)")
+    sv.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    _add_model_args(sv)
+    sv.set_defaults(fn=cmd_serve)
     args = p.parse_args(argv)
     from . import _core
     try:

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/engine.h"
@@ -19,13 +20,13 @@ namespace {
 struct Args {
   std::string model, backend = "auto";
   int threads = 0, prompt_tokens = 512, gen_tokens = 128, repeats = 3;
-  bool json = false;
+  bool json = false, bandwidth = false;
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "markbase-bench: %s\nusage: markbase-bench --model PATH [--backend auto|cpu|metal|cuda] "
-               "[--threads N] [--prompt-tokens N] [--gen-tokens N] [--repeats N] [--json]\n",
+               "[--threads N] [--prompt-tokens N] [--gen-tokens N] [--repeats N] [--json] [--bandwidth]\n",
                why.c_str());
   std::exit(2);
 }
@@ -52,6 +53,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--gen-tokens") a.gen_tokens = parse_int(f, val(), 1);
     else if (f == "--repeats") a.repeats = parse_int(f, val(), 1);
     else if (f == "--json") a.json = true;
+    else if (f == "--bandwidth") a.bandwidth = true;
     else if (f == "-h" || f == "--help") usage("help");
     else usage("unknown argument " + f);
   }
@@ -59,6 +61,33 @@ Args parse(int argc, char** argv) {
   if (a.backend != "auto" && a.backend != "cpu" && a.backend != "metal" && a.backend != "cuda")
     usage("--backend must be auto, cpu, metal or cuda");
   return a;
+}
+
+// Read bandwidth of this machine with n threads: the best of several passes summing a buffer
+// much larger than the caches (the decode floor is bytes per token over this).
+double read_bandwidth_gbs(int threads) {
+  const size_t n = size_t(1) << 27;  // 1 GiB of uint64
+  std::vector<uint64_t> buf(n, 1);
+  double best = 0;
+  for (int pass = 0; pass < 5; ++pass) {
+    std::vector<std::thread> ts;
+    std::vector<uint64_t> sums(threads);
+    auto t0 = std::chrono::steady_clock::now();
+    for (int t = 0; t < threads; ++t)
+      ts.emplace_back([&, t] {
+        const size_t b = n * t / threads, e = n * (t + 1) / threads;
+        uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (size_t i = b; i + 4 <= e; i += 4) { s0 += buf[i]; s1 += buf[i + 1]; s2 += buf[i + 2]; s3 += buf[i + 3]; }
+        sums[t] = s0 + s1 + s2 + s3;
+      });
+    for (auto& th : ts) th.join();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    uint64_t total = 0;
+    for (uint64_t x : sums) total += x;
+    if (total == 0) std::fprintf(stderr, " ");  // keeps the loop from being optimised away
+    best = std::max(best, n * 8.0 / s / 1e9);
+  }
+  return best;
 }
 
 double median(std::vector<double> v) {
@@ -99,17 +128,26 @@ int main(int argc, char** argv) {
     getrusage(RUSAGE_SELF, &ru);
     const double peak_mib = ru.ru_maxrss / 1024.0;
     const double p = median(pre), d = dec.empty() ? 0.0 : median(dec);
+    const double wbytes = static_cast<double>(e.model().decode_weight_bytes());
+    const int bw_threads = a.threads > 0 ? a.threads : static_cast<int>(std::thread::hardware_concurrency());
+    const double bw = a.bandwidth ? read_bandwidth_gbs(bw_threads) : 0.0;
+    // Floor: weight bytes of one decode step over the measured bandwidth (KV cache not counted).
+    const double floor_tok_s = bw > 0 ? bw * 1e9 / wbytes : 0.0;
     if (a.json) {
       std::printf("{\"model\": \"%s\", \"backend\": \"%s\", \"threads\": %d, \"prompt_tokens\": %d, "
                   "\"gen_tokens\": %d, \"repeats\": %d, \"prefill_tok_s\": %.3f, \"decode_tok_s\": %.3f, "
-                  "\"peak_rss_mib\": %.1f, \"host_waits_per_token\": %d, \"kernels_per_token\": %d}\n",
+                  "\"peak_rss_mib\": %.1f, \"host_waits_per_token\": %d, \"kernels_per_token\": %d, "
+                  "\"decode_weight_bytes\": %.0f, \"read_bandwidth_gbs\": %.2f, \"decode_floor_tok_s\": %.2f}\n",
                   a.model.c_str(), e.backend_name().c_str(), a.threads, a.prompt_tokens, a.gen_tokens,
-                  a.repeats, p, d, peak_mib, e.waits_per_token(), e.ops_per_token());
+                  a.repeats, p, d, peak_mib, e.waits_per_token(), e.ops_per_token(), wbytes, bw, floor_tok_s);
     } else {
       std::printf("model: %s\nbackend: %s\nprefill: %.1f tok/s (%d tokens)\ndecode: %.1f tok/s "
-                  "(%d tokens)\npeak memory: %.1f MiB\nhost waits per token: %d\nkernels per token: %d\n",
+                  "(%d tokens)\npeak memory: %.1f MiB\nhost waits per token: %d\nkernels per token: %d\n"
+                  "weight bytes per decode token: %.1f MiB\n",
                   a.model.c_str(), e.backend_name().c_str(), p, a.prompt_tokens, d, a.gen_tokens,
-                  peak_mib, e.waits_per_token(), e.ops_per_token());
+                  peak_mib, e.waits_per_token(), e.ops_per_token(), wbytes / 1048576.0);
+      if (bw > 0)
+        std::printf("read bandwidth: %.2f GB/s (%d threads)\ndecode floor: %.1f tok/s\n", bw, bw_threads, floor_tok_s);
     }
     return 0;
   } catch (const std::exception& ex) {

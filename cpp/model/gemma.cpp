@@ -107,6 +107,20 @@ std::vector<CacheDesc> GemmaModel::caches(int max_context, int chunk) const {
   return out;
 }
 
+size_t GemmaModel::decode_weight_bytes(int T) const {
+  const Graph g = build(T, false);
+  double bytes = 0;
+  for (const Op& op : g.ops) {
+    if (op.kind == OpKind::MatMul) bytes += op.w->nbytes;
+    if (op.kind == OpKind::Embed) bytes += op.w->row_stride() * static_cast<double>(T);
+    if (op.kind == OpKind::MoeExperts) {
+      const double used = std::min(1.0, static_cast<double>(op.heads) * T / op.w->shape[0]);
+      bytes += used * (op.w->nbytes + op.w2->nbytes);
+    }
+  }
+  return static_cast<size_t>(bytes);
+}
+
 Graph GemmaModel::build(int T, bool all_logits) const {
   const ModelConfig& c = cfg_;
   const WeightSet& w = weights_;

@@ -19,6 +19,10 @@ class GemmaModel {
   const WeightSet& weights() const { return weights_; }
   // KV caches, one per layer (capacity 0 for layers that read another layer's cache).
   std::vector<CacheDesc> caches(int max_context, int chunk) const;
+  // Weight bytes one decode step reads: every matrix once (the head included), and of the MoE
+  // expert tensors only the used experts' share. The floor of a decode step is this over the
+  // memory's read bandwidth (plus the KV cache, which grows with the context).
+  size_t decode_weight_bytes(int T = 1) const;
   // all_logits: logits for every token of the step (else only the last one).
   Graph build(int T, bool all_logits) const;
 

@@ -28,6 +28,7 @@ class Engine {
   Engine(const std::string& path, const EngineOptions& opt);
 
   const ModelConfig& config() const { return model_->config(); }
+  const GemmaModel& model() const { return *model_; }
   const ModelFile& file() const { return *file_; }
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   const std::string& backend_name() const { return backend_name_; }

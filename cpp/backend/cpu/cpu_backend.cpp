@@ -127,25 +127,32 @@ class CpuBackend : public Backend {
       case OpKind::GeluMul: {
         const float* b = bufs[op.b].data();
         const int bs = g.slots[op.b].cols;
-        for (int t = 0; t < rows; ++t)
+        rows_parallel(rows, op.n, [&](int t) {
           for (int j = 0; j < op.n; ++j)
             out[t * os + j] = cpu::gelu_tanh(a[t * as + j]) * b[t * bs + op.b_col + j];
+        });
         break;
       }
       case OpKind::Add: {
         const float* b = bufs[op.b].data();
         const int bs = g.slots[op.b].cols;
-        for (int t = 0; t < rows; ++t)
+        rows_parallel(rows, op.n, [&](int t) {
           for (int j = 0; j < op.n; ++j) out[t * os + j] = a[t * as + j] + b[t * bs + j];
+        });
         break;
       }
       case OpKind::Scale:
-        for (int t = 0; t < rows; ++t)
+        rows_parallel(rows, op.n, [&](int t) {
           for (int j = 0; j < op.n; ++j) out[t * os + j] = a[t * as + j] * op.f;
+        });
         break;
       case OpKind::Softcap:
-        for (int t = 0; t < rows; ++t)
-          for (int j = 0; j < op.n; ++j) out[t * os + j] = op.f * std::tanh(a[t * as + j] / op.f);
+        pool_.parallel_for(static_cast<int64_t>(rows) * op.n, 4096, [&](int64_t i0, int64_t i1) {
+          for (int64_t i = i0; i < i1; ++i) {
+            const int64_t t = i / op.n, j = i % op.n;
+            out[t * os + j] = op.f * std::tanh(a[t * as + j] / op.f);
+          }
+        });
         break;
       case OpKind::LastRow:
         std::memcpy(out, a + static_cast<size_t>(T - 1) * as, op.n * sizeof(float));
@@ -156,6 +163,15 @@ class CpuBackend : public Backend {
       case OpKind::MoeRoute: moe_route(op, a, as, out, os, rows); break;
       case OpKind::MoeExperts: moe_experts(g, op, a, as, bufs, out, os, rows); break;
     }
+  }
+
+  // fn(t) for every row t, rows split across threads when there is enough work.
+  template <class F>
+  void rows_parallel(int rows, int cols, const F& fn) {
+    const int64_t grain = std::max<int64_t>(1, 8192 / std::max(1, cols));
+    pool_.parallel_for(rows, grain, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) fn(static_cast<int>(t));
+    });
   }
 
   void rope(const Graph& g, const Op& op, const Step& step, const float* a, int as, float* out, int os) {

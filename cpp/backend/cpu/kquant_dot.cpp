@@ -221,9 +221,49 @@ __attribute__((target("avx2,fma"))) float dot_q8k_avx2(const UnpackedK* w, const
   }
   return acc;
 }
+
+// Four activation rows against one unpacked weight row; each result equals dot_q8k_avx2's.
+__attribute__((target("avx2,fma"))) void dot_q8k_x4_avx2(const UnpackedK* w, const BlockQ8K* a,
+                                                         int64_t stride, int64_t nb, float* out) {
+  float acc[4] = {0, 0, 0, 0};
+  for (int64_t i = 0; i < nb; ++i) {
+    __m256i sum[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                      _mm256_setzero_si256()};
+    for (int g = 0; g < 16; g += 2) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].q + g * 16));
+      const __m256i ax = _mm256_sign_epi8(x, x);
+      const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(w[i].scale[g + 1]), _mm_set1_epi16(w[i].scale[g]));
+      for (int t = 0; t < 4; ++t) {
+        const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t * stride + i].qs + g * 16));
+        const __m256i p16 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, x));
+        sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(p16, sc));
+      }
+    }
+    for (int t = 0; t < 4; ++t) {
+      const BlockQ8K& at = a[t * stride + i];
+      __m128i s = _mm_add_epi32(_mm256_castsi256_si128(sum[t]), _mm256_extracti128_si256(sum[t], 1));
+      s = _mm_hadd_epi32(s, s);
+      s = _mm_hadd_epi32(s, s);
+      const int32_t sumi = _mm_cvtsi128_si32(s);
+      int32_t summ = 0;
+      if (w[i].dmin != 0.0f)
+        for (int g = 0; g < 16; ++g) summ += static_cast<int32_t>(w[i].min[g]) * at.bsums[g];
+      acc[t] += w[i].d * at.d * static_cast<float>(sumi) - w[i].dmin * at.d * static_cast<float>(summ);
+    }
+  }
+  for (int t = 0; t < 4; ++t) out[t] = acc[t];
+}
 #endif
 
 }  // namespace
+
+void dot_q8k_x4(const UnpackedK* w, const BlockQ8K* a, int64_t stride, int64_t nb, float* out) {
+#ifdef MARKBASE_X86
+  static const bool avx2 = std::strcmp(simd_path(), "avx2") == 0;
+  if (avx2) return dot_q8k_x4_avx2(w, a, stride, nb, out);
+#endif
+  for (int t = 0; t < 4; ++t) out[t] = dot_q8k_portable(w, a + t * stride, nb);
+}
 
 float dot_q8k(const UnpackedK* w, const BlockQ8K* a, int64_t nb) {
 #ifdef MARKBASE_X86

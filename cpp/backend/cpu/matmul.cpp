@@ -54,7 +54,13 @@ void matmul(ThreadPool& pool, MatmulScratch& scratch, const TensorView& w, const
       if (static_cast<int64_t>(row.size()) < nb) row.resize(nb);
       for (int64_t n = n0; n < n1; ++n) {
         unpack_k_row(w.type, base + n * rb, row.data(), nb);
-        for (int t = 0; t < T; ++t) out[t * out_stride + n] = dot_q8k(row.data(), q + t * nb, nb);
+        int t = 0;
+        float r[4];
+        for (; t + 4 <= T; t += 4) {
+          dot_q8k_x4(row.data(), q + t * nb, nb, nb, r);
+          for (int j = 0; j < 4; ++j) out[(t + j) * out_stride + n] = r[j];
+        }
+        for (; t < T; ++t) out[t * out_stride + n] = dot_q8k(row.data(), q + t * nb, nb);
       }
     });
     return;

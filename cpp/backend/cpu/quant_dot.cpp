@@ -292,7 +292,10 @@ const Table& table() {
 void quantize_act_q8(const float* x, BlockQ8* out, int64_t n) {
   for (int64_t b = 0; b < n / 32; ++b, x += 32) {
     float amax = 0.0f;
-    for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+    for (int j = 0; j < 32; ++j) {
+      const float v = std::fabs(x[j]);
+      amax = v > amax ? v : amax;
+    }
     const float d = amax / 127.0f;
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     BlockQ8& o = out[b];

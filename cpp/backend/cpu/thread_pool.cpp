@@ -13,50 +13,52 @@
 namespace markbase {
 
 ThreadPool::ThreadPool(int n_threads) : n_(std::max(1, n_threads)) {
-  // Workers start from the generation as it is now: a parallel_for issued before a worker is
-  // first scheduled must still be seen by it.
-  const uint64_t start = generation_.load();
-  for (int i = 1; i < n_; ++i) threads_.emplace_back(&ThreadPool::worker, this, start);
+  for (int i = 1; i < n_; ++i) threads_.emplace_back(&ThreadPool::worker, this);
 }
 
 ThreadPool::~ThreadPool() {
+  stop_.store(true);
   {
     std::lock_guard<std::mutex> lk(mu_);
-    stop_ = true;
-    generation_.fetch_add(1);
+    state_.store(static_cast<uint64_t>(++gen_counter_) << 32);
   }
   cv_.notify_all();
   for (auto& t : threads_) t.join();
 }
 
-void ThreadPool::run_chunks() {
-  const int64_t total = total_, chunk = chunk_;
+void ThreadPool::run_claims(uint32_t gen) {
   for (;;) {
-    const int64_t b = next_.fetch_add(chunk);
-    if (b >= total) break;
-    (*fn_)(b, std::min(total, b + chunk));
+    uint64_t s = state_.load();
+    if (static_cast<uint32_t>(s >> 32) != gen) return;
+    const uint32_t i = static_cast<uint32_t>(s & 0xFFFF), nchunks = static_cast<uint32_t>((s >> 16) & 0xFFFF);
+    if (i >= nchunks) return;
+    if (!state_.compare_exchange_weak(s, s + 1)) continue;
+    // A successful claim proves job `gen` is still current, so its fields are stable.
+    const int64_t b = static_cast<int64_t>(i) * chunk_;
+    (*fn_)(b, std::min(total_, b + chunk_));
+    done_.fetch_add(1);
   }
 }
 
-void ThreadPool::worker(uint64_t seen) {
+void ThreadPool::worker() {
+  uint32_t seen = 0;
   for (;;) {
-    // Spin for a short while: the next op usually follows within microseconds.
-    auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+    auto current = [&] { return static_cast<uint32_t>(state_.load() >> 32); };
+    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(300);
     int spins = 0;
-    while (generation_.load(std::memory_order_acquire) == seen) {
+    while (current() == seen && !stop_.load()) {
       MB_PAUSE();
-      if (++spins % 256 == 0 && std::chrono::steady_clock::now() > spin_until) {
+      if (++spins % 128 == 0 && std::chrono::steady_clock::now() > spin_until) {
         std::unique_lock<std::mutex> lk(mu_);
         sleeping_.fetch_add(1);
-        cv_.wait(lk, [&] { return generation_.load() != seen; });
+        cv_.wait(lk, [&] { return current() != seen || stop_.load(); });
         sleeping_.fetch_sub(1);
         break;
       }
     }
-    seen = generation_.load(std::memory_order_acquire);
     if (stop_.load()) return;
-    run_chunks();
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    seen = current();
+    run_claims(seen);
   }
 }
 
@@ -72,15 +74,19 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   fn_ = &fn;
   total_ = n;
   chunk_ = std::max(grain, (n + 4 * n_ - 1) / (4 * n_));
-  next_.store(0);
-  pending_.store(n_ - 1);
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    generation_.fetch_add(1, std::memory_order_release);
+  if ((n + chunk_ - 1) / chunk_ > 0xFFFF) chunk_ = (n + 0xFFFE) / 0xFFFF;
+  const uint32_t nchunks = static_cast<uint32_t>((n + chunk_ - 1) / chunk_);  // <= 4 * threads
+  done_.store(0);
+  const uint32_t gen = ++gen_counter_;
+  // The chunk count travels in the same atomic word as the generation, so a worker never pairs
+  // one job's count with another's generation.
+  state_.store(static_cast<uint64_t>(gen) << 32 | static_cast<uint64_t>(nchunks) << 16);
+  if (sleeping_.load() > 0) {
+    { std::lock_guard<std::mutex> lk(mu_); }
+    cv_.notify_all();
   }
-  if (sleeping_.load() > 0) cv_.notify_all();
-  run_chunks();
-  while (pending_.load(std::memory_order_acquire) != 0) MB_PAUSE();
+  run_claims(gen);
+  while (done_.load() < nchunks) MB_PAUSE();
 }
 
 }  // namespace markbase

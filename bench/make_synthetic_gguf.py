@@ -3,7 +3,18 @@
 
     python bench/make_synthetic_gguf.py OUT.gguf [--preset e2b|e4b|26b-a4b|31b] [--layers N]
         [--vocab N] [--type q4_0|q4_1|q5_0|q5_1|q8_0|q4_k|q5_k|q6_k|f16|bf16|f32]
-        [--embd-type TYPE] [--dense-equivalent] [--shared-kv N] [--seed S] [--dry-run]
+        [--embd-type TYPE] [--tensor-type REGEX=TYPE ...] [--dense-equivalent] [--shared-kv N]
+        [--seed S] [--std 0.02] [--logit-std 2] [--copy-boost B] [--dry-run] [--json]
+
+Examples:
+    # the full 26B-A4B in Q4_0 (14.2 GB, ~70 s on this machine) and its dense-equivalent (2.2 GB)
+    python bench/make_synthetic_gguf.py /tmp/g4-26b-q4_0.gguf --preset 26b-a4b --type q4_0
+    python bench/make_synthetic_gguf.py /tmp/g4-26b-dense.gguf --preset 26b-a4b --type q4_0 \
+        --dense-equivalent
+    # a llama-quantize-like mix: Q4_K weights, Q6_K tied embedding
+    python bench/make_synthetic_gguf.py /tmp/e4b.gguf --preset e4b --type q4_k --embd-type q6_k
+    # small: 4 layers of E2B, 4096-token vocabulary (129 MB, ~1 s); sizes only: --dry-run
+    python bench/make_synthetic_gguf.py /tmp/e2b4.gguf --preset e2b --layers 4 --vocab 4096
 
 What it writes
 --------------
@@ -53,14 +64,26 @@ computing the same file agree on the argmax):
     attention scale is 1.0, so these weights set the temperature; with them the attention scores
     of random q/k have std ~1.5 (unit weights would give std sqrt(head_dim) = 16..23, a saturated,
     chaotic softmax);
-  - the MoE router (F32) has std 2.5 / |router input| so router logits have std ~2.5 (decisive
-    top-k), router scale 1 + N(0, 0.1), per-expert scales U(0.7, 1.3);
+  - the MoE router (F32) has std 2.5 / |router input| so router logits have std ~2.5, router scale
+    1 + N(0, 0.1), per-expert scales U(0.7, 1.3);
   - output_norm weights are sized so that the logits (before the softcap of 30) have std
-    --logit-std (4 by default): not a flat next-token distribution;
-  - the token embedding has structure (see --embd-struct): each row is a random vector plus
-    `embd_struct` times one of `n_clusters` shared random directions ("topic" directions), which
-    makes the final hidden state align strongly with a cluster and its members' logits stand out,
-    instead of 262144 i.i.d. near-ties.
+    --logit-std (2 by default): not a flat next-token distribution;
+  - the block post-norms (post_attention_norm, post_ffw_norm, PLE post_norm) share one scale w
+    chosen so that the input token's embedding, which stays in the residual stream (tied
+    embeddings), raises that token's own logit by --copy-boost logit stds (default
+    sqrt(2 ln V) + 2.5 = 6.6 for V = 4096, 7.5 for 262144): the argmax is then the input token at
+    ~98-100 % of positions with a margin of several logits, and the rest of the distribution
+    (mean top-1 probability 0.4-0.8) is what the layers compute. w comes out 1-8 for models of
+    2-4 layers, 0.01-0.12 for the full depths (0.9^L of layer scales shrink the embedding).
+    Why: with quantized weights llama.cpp and MarkBase differ by ~2-5 % in the logits (activation
+    quantization turns tiny float differences, e.g. llama.cpp's fp16 GELU table, into whole
+    quantization steps), which on an i.i.d.-random model (--copy-boost 0: unit post norms, no
+    copy) flips the argmax at 3-9 % of positions (near-ties among V random logits). Checks on
+    these files should therefore also compare the distributions (KL, relative error): a wrong
+    layer leaves the argmax (mostly the copy) intact but not the KL.
+  - Q4_0/Q5_0 block scales and Q6_K sub-block scales have random signs (as ggml's quantizers
+    produce): with positive scales the -0.5 mean of q-8 etc. adds up to a rank-1 all-ones
+    component that dominates every random matrix.
 
 Dense-equivalent comparison model (--dense-equivalent, 26B-A4B only)
 ---------------------------------------------------------------------
@@ -84,6 +107,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import struct
 import sys
 import time
@@ -225,8 +249,6 @@ def make_shape(preset: str, layers: int | None = None, vocab: int | None = None,
         shared_kv = p["shared"] if n == L_pub else int(round(n * p["shared"] / L_pub))
         if shared_kv and n - shared_kv < 2:
             shared_kv = max(0, n - 2)
-    if shared_kv and not p["ple"]:
-        pass  # llama.cpp handles it; transformers 5.23 would not (no PLE), irrelevant here
     p.update(n_layers=n, shared=int(shared_kv), vocab=VOCAB if vocab is None else int(vocab))
     s = Shape(preset=preset, **p)
     s.swa = layer_types(n, s.period, s.shared)
@@ -357,51 +379,75 @@ def _f16(x) -> np.ndarray:
     return np.asarray(x, dtype="<f2").view(np.uint8).reshape(-1, 2)
 
 
-def _jitter(rng, n):
-    return rng.uniform(0.8, 1.2, n)
+_TABLES: dict = {}
 
 
-def _signed_jitter(rng, n):
-    """Scale jitter with a random sign: ggml's Q4_0/Q5_0 (d = max/-8, max the signed element of
-    largest magnitude) and Q6_K (signed sub-block scales) have scales of either sign, so the -0.5
-    offset of q-8 / q-16 / q-32 does not add up to a coherent bias (a rank-1 all-ones component
-    that would dominate every random matrix)."""
-    return rng.uniform(0.8, 1.2, n) * np.where(rng.integers(0, 2, n) == 1, 1.0, -1.0)
+def _scale_table(key: str, unit: float, signed: bool) -> np.ndarray:
+    """65536 fp16 block scales (as uint16) of magnitude unit * U(0.8, 1.2), of random sign if
+    `signed`. A block picks its scale by the random 16 bits already in its scale field: one
+    gather instead of per-block float work, which keeps full-size files fast to write.
+    Signed scales: ggml's Q4_0/Q5_0 (d = max/-8, max the signed element of largest magnitude)
+    and Q6_K (signed sub-block scales) have scales of either sign, so the -0.5 offset of
+    q-8 / q-16 / q-32 does not add up to a coherent bias (a rank-1 all-ones component that would
+    dominate every random matrix)."""
+    k = (key, unit, signed)
+    if k not in _TABLES:
+        r = np.random.default_rng(zlib.crc32(key.encode()))
+        v = unit * r.uniform(0.8, 1.2, 65536)
+        if signed:
+            v *= np.where(r.integers(0, 2, 65536) == 1, 1.0, -1.0)
+        _TABLES[k] = v.astype("<f2").view("<u2")
+    return _TABLES[k]
 
+
+def _u16(b: np.ndarray, col: int) -> np.ndarray:
+    """View of bytes col, col+1 of every block as one little-endian uint16 (writable)."""
+    return b[:, col:col + 2].view("<u2")
+
+
+def _set_scale(b, col, table, src_col=None):
+    v = _u16(b, col)
+    v[...] = table[v if src_col is None else _u16(b, src_col)]
+
+
+# Each generator returns uint8 [n_blocks, type_size] of random quants with block scales such that
+# the dequantized values have mean ~0 and standard deviation ~std (scale jitter +-20 %).
 
 def _blocks_q4_0(rng, nb, std):
     b = rng.integers(0, 256, (nb, 18), dtype=np.uint8)
-    b[:, 0:2] = _f16(std / 4.637 * _signed_jitter(rng, nb))        # q-8, q uniform 0..15: std 4.637
+    _set_scale(b, 0, _scale_table("q4_0", std / 4.637, True))   # q-8, q uniform 0..15
     return b
 
 
 def _blocks_q4_1(rng, nb, std):
     b = rng.integers(0, 256, (nb, 20), dtype=np.uint8)
-    d = (std / 4.610 * _jitter(rng, nb)).astype(np.float16).astype(np.float32)
-    b[:, 0:2] = _f16(d)
-    b[:, 2:4] = _f16(-7.5 * d)
+    d = _scale_table("q4_1", std / 4.610, False)
+    m = (-7.5 * d.view("<f2").astype(np.float32)).astype("<f2").view("<u2")
+    _set_scale(b, 2, m, src_col=0)       # m = -7.5 d: zero mean (same index as d)
+    _set_scale(b, 0, d)
     return b
 
 
 def _blocks_q5_0(rng, nb, std):
     b = rng.integers(0, 256, (nb, 22), dtype=np.uint8)
-    b[:, 0:2] = _f16(std / 9.247 * _signed_jitter(rng, nb))        # q-16, q uniform 0..31
+    _set_scale(b, 0, _scale_table("q5_0", std / 9.247, True))   # q-16, q uniform 0..31
     return b
 
 
 def _blocks_q5_1(rng, nb, std):
     b = rng.integers(0, 256, (nb, 24), dtype=np.uint8)
-    d = (std / 9.233 * _jitter(rng, nb)).astype(np.float16).astype(np.float32)
-    b[:, 0:2] = _f16(d)
-    b[:, 2:4] = _f16(-15.5 * d)
+    d = _scale_table("q5_1", std / 9.233, False)
+    m = (-15.5 * d.view("<f2").astype(np.float32)).astype("<f2").view("<u2")
+    _set_scale(b, 2, m, src_col=0)
+    _set_scale(b, 0, d)
     return b
 
 
 def _blocks_q8_0(rng, nb, std):
     b = rng.integers(0, 256, (nb, 34), dtype=np.uint8)
-    q = b[:, 2:]
-    q[q == 128] = 0                                           # int8 in [-127, 127] as ggml writes
-    b[:, 0:2] = _f16(std / 73.3 * _jitter(rng, nb))
+    q = b.view(np.int8)
+    np.maximum(q, -127, out=q)          # int8 in [-127, 127] as ggml writes (scale bytes: harmless)
+    _set_scale(b, 0, _scale_table("q8_0", std / 73.3, False))
     return b
 
 
@@ -414,26 +460,37 @@ def _pack_k_scales(sc, m):
     return out
 
 
+def _k_scale_table(nbits: int) -> np.ndarray:
+    """4096 packed 12-byte scale fields: sub-block scales sc in [40, 63] and mins m chosen so that
+    each sub-block has mean ~0 (dmin = 8 d resp. 16 d, m = round(sc * 7.5 / 8) resp. 15.5/16)."""
+    k = ("kscales", nbits)
+    if k not in _TABLES:
+        r = np.random.default_rng(1234 + nbits)
+        zero, ratio = (7.5, 8.0) if nbits == 4 else (15.5, 16.0)
+        sc = r.integers(40, 64, (4096, 8), dtype=np.uint8)
+        m = np.clip(np.rint(sc * (zero / ratio)), 0, 63).astype(np.uint8)
+        _TABLES[k] = _pack_k_scales(sc, m)
+    return _TABLES[k]
+
+
 def _blocks_qk(rng, nb, std, nbits):
-    size = 144 if nbits == 4 else 176
-    zero = 7.5 if nbits == 4 else 15.5
-    qstd = 4.610 if nbits == 4 else 9.233
-    dmin_ratio = 8.0 if nbits == 4 else 16.0
+    size, qstd, ratio = (144, 4.610, 8.0) if nbits == 4 else (176, 9.233, 16.0)
     b = rng.integers(0, 256, (nb, size), dtype=np.uint8)
-    sc = rng.integers(40, 64, (nb, 8), dtype=np.uint8)
-    m = np.clip(np.rint(sc * (zero / dmin_ratio)), 0, 63).astype(np.uint8)
-    d = (std / (51.5 * qstd) * _jitter(rng, nb)).astype(np.float16).astype(np.float32)
-    b[:, 0:2] = _f16(d)
-    b[:, 2:4] = _f16(d * dmin_ratio)
-    b[:, 4:16] = _pack_k_scales(sc, m)
+    idx = _u16(b, 4)[:, 0] & 4095                 # random bits of the scale field pick a row
+    b[:, 4:16] = _k_scale_table(nbits)[idx]
+    d = _scale_table(f"q{nbits}_k", std / (51.5 * qstd), False)
+    dmin = (ratio * d.view("<f2").astype(np.float32)).astype("<f2").view("<u2")
+    _set_scale(b, 2, dmin, src_col=0)
+    _set_scale(b, 0, d)
     return b
 
 
 def _blocks_q6_k(rng, nb, std):
     b = rng.integers(0, 256, (nb, 210), dtype=np.uint8)
-    sc = rng.integers(64, 128, (nb, 16), dtype=np.int16)               # int8 scales, either sign
-    b[:, 192:208] = np.where(rng.integers(0, 2, (nb, 16)) == 1, sc, -sc).astype(np.int8).view(np.uint8)
-    b[:, 208:210] = _f16(std / (95.5 * 18.47) * _jitter(rng, nb))      # q-32, q uniform 0..63
+    sc = b[:, 192:208]                             # int8 sub-block scales, |sc| in [64, 127]
+    mag = ((sc & 63) | 64).view(np.int8)           # random sign from the byte's top bit
+    sc[...] = np.where(sc >= 128, -mag, mag).view(np.uint8)
+    _set_scale(b, 208, _scale_table("q6_k", std / (95.5 * 18.47), False))   # q-32, q 0..63
     return b
 
 
@@ -477,42 +534,23 @@ def _small_values(t: TensorSpec, rng) -> np.ndarray:
     raise ValueError(k)
 
 
-def _write_tensor(f, t: TensorSpec, seed: int, embd_struct: dict | None) -> None:
+def _write_tensor(f, t: TensorSpec, seed: int) -> None:
     rng = _rng(seed, t.name)
-    if t.kind not in ("matrix", "embedding"):
+    if t.kind != "matrix":
         f.write(_float_bytes(_small_values(t, rng), t.qtype).tobytes())
         return
-    rb = row_bytes(t.qtype, t.ne0)
-    rows_per_chunk = max(1, CHUNK_BYTES // max(rb, 1))
+    rows_per_chunk = max(1, CHUNK_BYTES // row_bytes(t.qtype, t.ne0))
     bs = BLOCK[t.qtype][0]
-    struct_dirs = None
-    if t.kind == "embedding" and embd_struct:
-        # cluster directions shared by every row of a cluster (deterministic from the seed)
-        crng = _rng(seed, "embd-cluster-directions")
-        struct_dirs = crng.standard_normal((embd_struct["n_clusters"], t.ne0)).astype(np.float32)
     done = 0
     while done < t.n_rows:
         n = min(rows_per_chunk, t.n_rows - done)
-        if t.qtype in FLOAT_TYPES or struct_dirs is not None:
+        if t.qtype in FLOAT_TYPES:
             x = rng.standard_normal((n, t.ne0), dtype=np.float32)
-            if struct_dirs is not None:
-                a = embd_struct["strength"]
-                cl = (np.arange(done, done + n) * 2654435761 % embd_struct["n_clusters"])
-                x = (x + a * struct_dirs[cl]) / math.sqrt(1.0 + a * a)
             x *= t.std
-            if t.qtype in FLOAT_TYPES:
-                f.write(_float_bytes(x, t.qtype).tobytes())
-            else:
-                f.write(_quantize_rows(x, t.qtype).tobytes())
+            f.write(_float_bytes(x, t.qtype).data)
         else:
-            nb = n * (t.ne0 // bs)
-            f.write(BLOCK_GEN[t.qtype](rng, nb, t.std).tobytes())
+            f.write(BLOCK_GEN[t.qtype](rng, n * (t.ne0 // bs), t.std).data)
         done += n
-
-
-def _quantize_rows(x: np.ndarray, qtype: str) -> np.ndarray:
-    from gguf import quants
-    return quants.quantize(x, QT(TYPE_IDS[qtype]))
 
 
 # --------------------------------------------------------------------------------------------
@@ -539,7 +577,7 @@ def _dense_equivalent_width(s: Shape, wtype: str) -> tuple[int, dict]:
     return best, info
 
 
-def _post_norm_scale(s: Shape, std: float, copy_boost: float) -> float:
+def _post_norm_scale(s: Shape, std: float, copy_boost: float, scalars: list) -> float:
     """Scale of the block post-norm weights (post_attention_norm, post_ffw_norm, PLE post_norm).
 
     Every block adds a post-normed vector of RMS ~w to the residual stream, the embedding enters
@@ -547,25 +585,38 @@ def _post_norm_scale(s: Shape, std: float, copy_boost: float) -> float:
     final hidden state then holds a fraction f of the input token's embedding, which raises that
     token's own logit by ~f*sqrt(H) logit standard deviations (tied embeddings). With unit post
     norms a scaled-down model (few layers) has f*sqrt(H) ~ 15: it just copies its input, and an
-    argmax check says nothing about the layers. Choose w so that f*sqrt(H) = copy_boost (never
-    below 1; full-depth models come out at ~1 anyway)."""
+    argmax check says nothing about the layers, while a full-depth model (30+ layers of scale ~0.9)
+    keeps almost nothing of it. Choose w so that f*sqrt(H) = copy_boost: the input token's own
+    logit then stands ~copy_boost standard deviations above the mean logit, which with the default
+    (sqrt(2 ln V) + 2.5, ~2.5 above the expected maximum of V random logits) makes the input token
+    the argmax at most positions with a margin of several logit standard deviations, so that two
+    engines computing the same file agree on the argmax despite their ~1-3 % rounding differences
+    (activation quantization amplifies float differences), while the remaining logits, which
+    the layers determine, keep a broad distribution (top probability ~0.5) for KL checks."""
+    if not copy_boost:
+        return 1.0
     H = s.hidden
-    e2 = std * std * H
-    g = 0.9 ** 2
     blocks = 2 + (1 if s.ple else 0)
-    p_all = g ** s.n_layers
-    acc = sum(blocks * g ** (s.n_layers - l) for l in range(s.n_layers))
-    w2 = e2 * p_all * (H / copy_boost ** 2 - 1.0) / acc
-    return max(1.0, math.sqrt(max(w2, 0.0)))
+    g = [float(x) ** 2 for x in scalars]
+    after = [math.prod(g[l:]) for l in range(s.n_layers)]      # block of layer l: scalars l..L-1
+    emb = std * std * H * after[0]
+    acc = blocks * sum(after)
+    w2 = emb * (H / copy_boost ** 2 - 1.0) / acc
+    return min(1e3, max(1e-2, math.sqrt(max(w2, 1e-4))))
 
 
 def build_specs(s: Shape, wtype: str, embd_type: str, std: float, logit_std: float,
-                embd_struct: dict | None, copy_boost: float = 1.5) -> tuple[list[TensorSpec], dict]:
+                copy_boost: float | None = None, overrides: list | None = None, seed: int = 0) -> tuple[list[TensorSpec], dict]:
     H = s.hidden
+    overrides = list(overrides or [])
     specs: list[TensorSpec] = []
     ptype = wtype if wtype in FLOAT_TYPES else "f16"  # per_layer_model_proj (never quantized)
 
     def mat(name, shape, t=wtype, kind="matrix", sd=std):
+        for pat, tt in overrides:
+            if re.search(pat, name):
+                t = tt
+                break
         specs.append(TensorSpec(name, tuple(shape), fallback_type(t, shape[-1]), kind, sd))
 
     def vec(name, n, kind="norm", **extra):
@@ -584,8 +635,12 @@ def build_specs(s: Shape, wtype: str, embd_type: str, std: float, logit_std: flo
     # with embedding rows of std `std` and a unit-RMS final hidden state h*w_out, the logits
     # h . e have std sqrt(H) * std * w_out: size w_out for the requested logit spread
     out_norm_scale = logit_std / (math.sqrt(H) * std)
-    post = _post_norm_scale(s, std, copy_boost)
-    mat("token_embd.weight", (s.vocab, H), embd_type, "embedding")
+    if copy_boost is None:
+        copy_boost = math.sqrt(2.0 * math.log(s.vocab)) + 2.5
+    scalars = [float(_rng(seed, f"blk.{i}.layer_output_scale.weight").uniform(0.8, 1.0, 1)[0])
+               for i in range(s.n_layers)]
+    post = _post_norm_scale(s, std, copy_boost, scalars)
+    mat("token_embd.weight", (s.vocab, H), embd_type)
     if s.ple:
         mat("per_layer_token_embd.weight", (s.vocab, s.n_layers * s.ple), embd_type)
     for i in range(s.n_layers):
@@ -625,13 +680,13 @@ def build_specs(s: Shape, wtype: str, embd_type: str, std: float, logit_std: flo
             mat(p + "inp_gate.weight", (s.ple, H))
             mat(p + "proj.weight", (H, s.ple))
             vec(p + "post_norm.weight", H, scale=post)
-        vec(p + "layer_output_scale.weight", 1, "uniform", range=(0.8, 1.0))
+        vec(p + "layer_output_scale.weight", 1, "const", values=[scalars[i]])
     vec("output_norm.weight", H, "norm", scale=out_norm_scale)
     if s.ple:
         mat("per_layer_model_proj.weight", (s.n_layers * s.ple, H), ptype)
         vec("per_layer_proj_norm.weight", s.ple)
     return specs, {"dense_equivalent_info": dense_eq, "output_norm_scale": out_norm_scale,
-                   "post_norm_scale": post}
+                   "post_norm_scale": post, "copy_boost": copy_boost}
 
 
 def build_metadata(s: Shape, wtype: str, name: str, tok) -> list[bytes]:
@@ -702,9 +757,8 @@ def write_synthetic_gguf(path: str, preset: str = "26b-a4b", layers: int | None 
                          vocab: int | None = None, qtype: str = "q4_0",
                          embd_type: str | None = None, dense_equivalent: bool = False,
                          shared_kv: int | None = None, seed: int = 0, std: float = 0.02,
-                         logit_std: float = 4.0, embd_clusters: int = 64,
-                         embd_struct: float = 0.0, copy_boost: float = 1.5,
-                         dry_run: bool = False,
+                         logit_std: float = 2.0, copy_boost: float | None = None,
+                         tensor_types: list | None = None, dry_run: bool = False,
                          progress: bool = False) -> dict:
     qtype = qtype.lower()
     embd_type = (embd_type or qtype).lower()
@@ -712,9 +766,13 @@ def write_synthetic_gguf(path: str, preset: str = "26b-a4b", layers: int | None 
         if t not in WRITABLE:
             raise ValueError(f"unsupported type {t!r}; one of {', '.join(WRITABLE)}")
     s = make_shape(preset, layers, vocab, shared_kv, dense_equivalent)
-    es = dict(n_clusters=int(embd_clusters), strength=float(embd_struct)) \
-        if embd_struct > 0 and embd_clusters > 0 else None
-    specs, info = build_specs(s, qtype, embd_type, std, logit_std, es, copy_boost)
+    ovr = []
+    for item in tensor_types or []:
+        pat, _, tt = item.rpartition("=")
+        if not pat or tt.lower() not in WRITABLE:
+            raise ValueError(f"--tensor-type {item!r}: want REGEX=TYPE, TYPE one of {WRITABLE}")
+        ovr.append((pat, tt.lower()))
+    specs, info = build_specs(s, qtype, embd_type, std, logit_std, copy_boost, ovr, seed)
     tok = build_vocab(s.vocab)
     label = f"synthetic gemma4 {preset}" + (f" {s.n_layers}L" if layers else "") + \
         (" dense-equivalent" if dense_equivalent else "") + f" {qtype.upper()}"
@@ -753,7 +811,7 @@ def write_synthetic_gguf(path: str, preset: str = "26b-a4b", layers: int | None 
         written = 0
         for t in specs:
             start = f.tell()
-            _write_tensor(f, t, seed, es)
+            _write_tensor(f, t, seed)
             assert f.tell() - start == t.nbytes, (t.name, f.tell() - start, t.nbytes)
             f.write(b"\0" * ((-(f.tell() - base)) % ALIGN))
             written += t.nbytes
@@ -777,27 +835,28 @@ def main(argv=None) -> None:
     ap.add_argument("--type", default="q4_0", choices=WRITABLE, help="weight type")
     ap.add_argument("--embd-type", default=None, choices=WRITABLE,
                     help="token_embd / per_layer_token_embd type (default: --type)")
+    ap.add_argument("--tensor-type", action="append", default=[], metavar="REGEX=TYPE",
+                    help="type of the weight matrices whose name matches REGEX (first match wins; "
+                         "as llama-quantize --tensor-type; the shape fallback still applies)")
     ap.add_argument("--dense-equivalent", action="store_true",
                     help="26b-a4b with the experts replaced by a dense MLP of equal bytes/token")
     ap.add_argument("--shared-kv", type=int, default=None,
                     help="number of KV-shared layers (default: the preset's, scaled with --layers)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--std", type=float, default=0.02, help="std of the weight matrices")
-    ap.add_argument("--logit-std", type=float, default=4.0,
+    ap.add_argument("--logit-std", type=float, default=2.0,
                     help="target std of the logits before the softcap")
-    ap.add_argument("--embd-clusters", type=int, default=64)
-    ap.add_argument("--copy-boost", type=float, default=1.5,
+    ap.add_argument("--copy-boost", type=float, default=None,
                     help="how far (in logit stds) the input token's own logit is raised by the "
-                         "embedding left in the residual stream (sets the post-norm scale)")
-    ap.add_argument("--embd-struct", type=float, default=0.0,
-                    help="strength of the shared cluster direction in each embedding row (0: off)")
+                         "embedding left in the residual stream (sets the post-norm scale; "
+                         "default sqrt(2 ln vocab) + 2.5; 0: unit post norms)")
     ap.add_argument("--dry-run", action="store_true", help="print the summary, write nothing")
     ap.add_argument("--json", action="store_true", help="print the full summary as JSON")
     a = ap.parse_args(argv)
     summ = write_synthetic_gguf(a.out, a.preset, a.layers, a.vocab, a.type, a.embd_type,
                                 a.dense_equivalent, a.shared_kv, a.seed, a.std, a.logit_std,
-                                a.embd_clusters, a.embd_struct, a.copy_boost, a.dry_run,
-                                progress=True)
+                                a.copy_boost, a.tensor_type,
+                                a.dry_run, progress=True)
     if a.json:
         print(json.dumps(summ, indent=1))
         return

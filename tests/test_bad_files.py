@@ -2,15 +2,13 @@
 process reading them must never die by a signal. The files are read in a subprocess so that a
 crash fails the test instead of killing pytest."""
 import json
-import os
 import struct
 import subprocess
 import sys
 
 import numpy as np
-import pytest
 
-from gguf_builder import ARRAY, I32, STRING, U32, U64, build, enc_str, sample_file
+from gguf_builder import ARRAY, U32, build, enc_str, sample_file
 
 READER = r"""
 import json, sys, markbase

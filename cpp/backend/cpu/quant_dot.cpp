@@ -246,7 +246,13 @@ AVX2 void rows4_avx2(const void* w, size_t row_bytes, const BlockQ8* a, int64_t 
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps(),
          acc3 = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
+  // The four rows span 4 * row_bytes contiguous bytes; prefetch the group two groups ahead at the
+  // rate this loop consumes it (the hardware prefetcher alone leaves decode short of bandwidth).
+  const size_t step = 4 * row_bytes / static_cast<size_t>(nb > 0 ? nb : 1);
+  const char* ahead = reinterpret_cast<const char*>(base) + 8 * row_bytes;
   for (int64_t i = 0; i < nb; ++i) {
+    _mm_prefetch(ahead + i * step, _MM_HINT_T0);
+    _mm_prefetch(ahead + i * step + 64, _MM_HINT_T0);
     const __m256i y = load_a(a[i]);
     const float da = a[i].d;
 #define MB_ROW(W, ACC)                                                                          \

@@ -218,16 +218,6 @@ def _load_mb(mb, path, **kw):
     return mb.Model.load(str(path), **kw)
 
 
-def _check_greedy(got, want, what):
-    got = [int(t) for t in got]
-    if got == want:
-        return
-    k = next((i for i, t in enumerate(want) if t in tg.SPECIAL_IDS), None)
-    if k is not None and got in (want[:k], want[:k + 1]):
-        return
-    raise AssertionError(f"{what}: greedy tokens differ\n  got          {got}\n  transformers {want}")
-
-
 @pytest.fixture(scope="module")
 def llama_cpp():
     return pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
@@ -270,7 +260,7 @@ def test_markbase_gguf_matches_transformers(gguf_models, markbase_module, name):
     err = tg.rel_err(got, g.logits)
     assert err <= MB_TOL, f"{name}: MarkBase(GGUF) vs transformers relative error {err:.3e}"
     toks = list(m.generate_tokens(g.ids, max_tokens=N_NEW, temperature=0))
-    _check_greedy(toks, g.greedy, f"{name}: MarkBase(GGUF)")
+    tg.check_greedy(toks, g.greedy, f"{name}: MarkBase(GGUF)")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -323,7 +313,7 @@ def test_markbase_gguf_matches_llama_cpp(gguf_models, llama_cpp, markbase_module
     err = tg.rel_err(got, ll_logits)
     assert err <= LLAMA_TOL, f"{name}: MarkBase vs llama.cpp relative error {err:.3e}"
     toks = list(m.generate_tokens(g.ids, max_tokens=N_NEW, temperature=0))
-    _check_greedy(toks, ll_toks, f"{name}: MarkBase vs llama.cpp")
+    tg.check_greedy(toks, ll_toks, f"{name}: MarkBase vs llama.cpp")
 
 
 TEXTS = ["The capital of France is Paris.", "the model window cache", "  two  spaces ",

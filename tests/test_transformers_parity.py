@@ -52,20 +52,6 @@ def check_logits(got, want, tol, what):
     return err
 
 
-def check_greedy(got, want, what):
-    """MarkBase stops at an end-of-generation token (and may or may not yield it); the reference
-    never stops. Equal, or equal up to (and possibly including) the first special id."""
-    got = [int(t) for t in got]
-    if got == want:
-        return
-    k = next((i for i, t in enumerate(want) if t in tg.SPECIAL_IDS), None)
-    if k is not None and got in (want[:k], want[:k + 1]):
-        return
-    first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-    raise AssertionError(f"{what}: greedy tokens differ from transformers at step {first}:\n"
-                         f"  markbase     {got}\n  transformers {want}")
-
-
 # ---------------------------------------------------------------------------------------------
 # logits
 
@@ -107,7 +93,7 @@ def test_greedy_matches_transformers(tiny_models, markbase_module, name, length)
     want = tm.greedy(ids, N_NEW)
     m = load(markbase_module, tm.path, prefill_chunk=7)
     got = list(m.generate_tokens(ids, max_tokens=N_NEW, temperature=0))
-    check_greedy(got, want, f"{name} prompt={length}")
+    tg.check_greedy(got, want, f"{name} prompt={length}")
     # logits() runs from an empty cache and must not disturb a later generation
     check_logits(m.logits(ids), tm.logits(ids), REL_TOL, f"{name} logits after generate")
     again = list(m.generate_tokens(ids, max_tokens=N_NEW, temperature=0))

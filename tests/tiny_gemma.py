@@ -436,6 +436,20 @@ def pick_prompt(model: torch.nn.Module, length: int, n_new: int, seed: int, trie
     return best[1], best[2], best[3]
 
 
+def check_greedy(got, want, what):
+    """MarkBase stops at an end-of-generation token (and may or may not yield it); the reference
+    never stops. Equal, or equal up to (and possibly including) the first special id."""
+    got = [int(t) for t in got]
+    if got == want:
+        return
+    k = next((i for i, t in enumerate(want) if t in SPECIAL_IDS), None)
+    if k is not None and got in (want[:k], want[:k + 1]):
+        return
+    first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    raise AssertionError(f"{what}: greedy tokens differ from transformers at step {first}:\n"
+                         f"  markbase     {got}\n  transformers {want}")
+
+
 def rel_err(a, b) -> float:
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)

@@ -12,7 +12,6 @@ import numpy as np
 from . import _core
 from .chat import render_chat
 
-_SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "seed")
 
 
 class Model:
@@ -90,8 +89,8 @@ class Model:
         if self._hf_tok is None:
             return list(self._e.eog_ids())
         ids = set()
-        for src in (self._hf_json("config.json"), self._hf_json("config.json").get("text_config", {}),
-                    self._hf_json("generation_config.json")):
+        cfg = self._hf_json("config.json")
+        for src in (cfg, cfg.get("text_config", {}), self._hf_json("generation_config.json")):
             e = src.get("eos_token_id") if isinstance(src, dict) else None
             if isinstance(e, int):
                 ids.add(e)
@@ -168,9 +167,6 @@ class Model:
 
     @staticmethod
     def _check_sampling(max_tokens, kw):
-        unknown = set(kw) - set(_SAMPLING_KEYS)
-        if unknown:
-            raise TypeError(f"unknown argument(s): {', '.join(sorted(unknown))}")
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
         seed = kw.get("seed")

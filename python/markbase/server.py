@@ -551,7 +551,8 @@ def create_app(server: Server) -> FastAPI:
         return job, model_name, stream, include_usage, echo_text
 
     async def run_collect(request: Request, job: _Job):
-        """Runs a job to the end; None if the client went away first (the job is then stopped)."""
+        """Runs a job to the end; None if the client went away first (the job is then stopped).
+        An engine error is raised as an OpenAI error, never a crash."""
         async def collect():
             text, info = [], None
             async for kind, val in server.events(job):
@@ -575,7 +576,10 @@ def create_app(server: Server) -> FastAPI:
                 await asyncio.wait({work})
         if work.cancelled():
             return None
-        return work.result()
+        try:
+            return work.result()
+        except Exception as e:  # noqa: BLE001 - answered as an OpenAI error, never a crash
+            raise _error_from_exception(e) from None
 
     def stream_response(job: _Job, first_chunks: list[dict], make_chunk, make_final, include_usage: bool):
         async def gen():
@@ -619,10 +623,7 @@ def create_app(server: Server) -> FastAPI:
         if stream:
             first = [chunk(echo_text)] if echo_text else []
             return stream_response(job, first, chunk, lambda fr: chunk("", fr), include_usage)
-        try:
-            res = await run_collect(request, job)
-        except Exception as e:  # noqa: BLE001 - answered as an OpenAI error, never a crash
-            raise _error_from_exception(e) from None
+        res = await run_collect(request, job)
         if res is None:
             return Response(status_code=499)
         text, info = res
@@ -648,10 +649,7 @@ def create_app(server: Server) -> FastAPI:
             first = [chunk({"role": "assistant", "content": ""})]
             return stream_response(job, first, lambda t: chunk({"content": t}), lambda fr: chunk({}, fr),
                                    include_usage)
-        try:
-            res = await run_collect(request, job)
-        except Exception as e:  # noqa: BLE001 - answered as an OpenAI error, never a crash
-            raise _error_from_exception(e) from None
+        res = await run_collect(request, job)
         if res is None:
             return Response(status_code=499)
         text, info = res

@@ -11,6 +11,7 @@ namespace py = pybind11;
 namespace markbase {
 void init_files(py::module_& m);
 void init_runtime(py::module_& m);
+void init_graph_runner(py::module_& m);
 
 namespace {
 // Messages may quote bytes from a corrupt file (a tensor name, a key): never let an invalid
@@ -49,4 +50,5 @@ PYBIND11_MODULE(_core, m) {
   });
   markbase::init_files(m);
   markbase::init_runtime(m);
+  markbase::init_graph_runner(m);
 }

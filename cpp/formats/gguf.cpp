@@ -200,6 +200,8 @@ GGUFFile::GGUFFile(const std::string& path) : file_(std::make_shared<MappedFile>
              std::to_string(t.nbytes) + ") lies outside the " + std::to_string(data_size) +
              "-byte data section (file truncated or corrupt)");
     t.data = file_->data() + data_start + raw[i].offset;
+    t.mapping = file_->data();
+    t.mapping_bytes = file_->size();
   }
 }
 

@@ -79,6 +79,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path)
            dt + " need " + std::to_string(numel * esize));
     if (begin % esize != 0) fail(ctx + ": data is not aligned to its element size");
     t.data = data + begin;
+    t.mapping = file_->data();
+    t.mapping_bytes = file_->size();
     t.nbytes = static_cast<size_t>(end - begin);
     tensors_.push_back(std::move(t));
   }

@@ -14,6 +14,10 @@ struct TensorView {
   std::vector<int64_t> shape;   // numpy order: shape.back() is the contiguous (row) dimension
   const uint8_t* data = nullptr;
   size_t nbytes = 0;
+  // The whole file mapping `data` lies in (null when the data is in heap memory): GPU backends on
+  // unified memory wrap it without a copy.
+  const uint8_t* mapping = nullptr;
+  size_t mapping_bytes = 0;
 
   int64_t numel() const {
     int64_t n = 1;

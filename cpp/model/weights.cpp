@@ -88,6 +88,8 @@ const TensorView& WeightSet::own(TensorView t, std::vector<uint8_t> data) {
   owned_.push_back(std::move(data));
   t.data = owned_.back().data();
   t.nbytes = owned_.back().size();
+  t.mapping = nullptr;
+  t.mapping_bytes = 0;
   auto [it, inserted] = tensors_.insert_or_assign(t.name, std::move(t));
   return it->second;
 }

@@ -178,6 +178,7 @@ PRESETS = {
                 expert_ffn=0, window=1024, period=6, shared=0, ple=0, ctx=262144),
 }
 VOCAB = 262144
+NARROW = 256  # --narrow: the width of the residual stream and every MLP
 ROPE_PARTIAL_FULL = 0.25
 THETA_FULL, THETA_SWA = 1_000_000.0, 10_000.0
 SOFTCAP = 30.0
@@ -759,13 +760,19 @@ def write_synthetic_gguf(path: str, preset: str = "26b-a4b", layers: int | None 
                          shared_kv: int | None = None, seed: int = 0, std: float = 0.02,
                          logit_std: float = 2.0, copy_boost: float | None = None,
                          tensor_types: list | None = None, dry_run: bool = False,
-                         progress: bool = False) -> dict:
+                         progress: bool = False, narrow: bool = False) -> dict:
     qtype = qtype.lower()
     embd_type = (embd_type or qtype).lower()
     for t in (qtype, embd_type):
         if t not in WRITABLE:
             raise ValueError(f"unsupported type {t!r}; one of {', '.join(WRITABLE)}")
     s = make_shape(preset, layers, vocab, shared_kv, dense_equivalent)
+    if narrow:  # same layers, heads, head dims, experts and routing; 256-wide residual and MLPs
+        s.hidden, s.ffn = NARROW, NARROW
+        s.expert_ffn = NARROW if s.n_experts else 0
+        s.ple = min(s.ple, NARROW)
+        s.ffn_per_layer = [NARROW * 2 if (s.double_wide and i >= s.first_shared) else NARROW
+                           for i in range(s.n_layers)]
     ovr = []
     for item in tensor_types or []:
         pat, _, tt = item.rpartition("=")
@@ -850,13 +857,16 @@ def main(argv=None) -> None:
                     help="how far (in logit stds) the input token's own logit is raised by the "
                          "embedding left in the residual stream (sets the post-norm scale; "
                          "default sqrt(2 ln vocab) + 2.5; 0: unit post norms)")
+    ap.add_argument("--narrow", action="store_true",
+                    help=f"residual and MLP widths of {NARROW}, all else as the preset (the same "
+                         "graph, small enough for the Metal emulator: for counting kernels)")
     ap.add_argument("--dry-run", action="store_true", help="print the summary, write nothing")
     ap.add_argument("--json", action="store_true", help="print the full summary as JSON")
     a = ap.parse_args(argv)
     summ = write_synthetic_gguf(a.out, a.preset, a.layers, a.vocab, a.type, a.embd_type,
                                 a.dense_equivalent, a.shared_kv, a.seed, a.std, a.logit_std,
                                 a.copy_boost, a.tensor_type,
-                                a.dry_run, progress=True)
+                                a.dry_run, progress=True, narrow=a.narrow)
     if a.json:
         print(json.dumps(summ, indent=1))
         return

@@ -128,8 +128,7 @@ class CpuBackend : public Backend {
         const float* b = bufs[op.b].data();
         const int bs = g.slots[op.b].cols;
         rows_parallel(rows, op.n, [&](int t) {
-          for (int j = 0; j < op.n; ++j)
-            out[t * os + j] = cpu::gelu_tanh(a[t * as + j]) * b[t * bs + op.b_col + j];
+          cpu::gelu_mul(a + t * as, b + t * bs + op.b_col, out + t * os, op.n);
         });
         break;
       }
@@ -319,8 +318,7 @@ class CpuBackend : public Backend {
       gue.data = gu.data + static_cast<size_t>(e) * 2 * Ie * gu.row_stride();
       matmul(gue, x.data(), H, n, hg.data(), 2 * Ie, 2 * Ie);
       act.resize(static_cast<size_t>(n) * Ie);
-      for (int j = 0; j < n; ++j)
-        for (int r = 0; r < Ie; ++r) act[j * Ie + r] = cpu::gelu_tanh(hg[j * 2 * Ie + r]) * hg[j * 2 * Ie + Ie + r];
+      for (int j = 0; j < n; ++j) cpu::gelu_mul(&hg[j * 2 * Ie], &hg[j * 2 * Ie + Ie], &act[j * Ie], Ie);
       y.resize(static_cast<size_t>(n) * H);
       TensorView dne = dn;
       dne.data = dn.data + static_cast<size_t>(e) * H * dn.row_stride();

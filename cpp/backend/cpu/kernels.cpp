@@ -7,6 +7,7 @@
 #include "formats/half.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
+#include <cpuid.h>
 #include <immintrin.h>
 #define MARKBASE_X86 1
 #endif
@@ -43,7 +44,45 @@ void axpy_f32_portable(float s, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += s * x[i];
 }
 
+void gelu_mul_portable(const float* a, const float* b, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gelu_tanh(a[i]) * b[i];
+}
+
 #ifdef MARKBASE_X86
+// exp(x) for 8 floats (Cephes' polynomial after a reduction by ln 2; about 1 ulp), clamped to
+// the float range so that very negative or positive inputs give 0 or a large finite value.
+__attribute__((target("avx2,fma"))) inline __m256 exp_avx2(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+// gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3):
+// one exp instead of libm's tanh, which was a tenth of prefill time.
+__attribute__((target("avx2,fma"))) void gelu_mul_avx2(const float* a, const float* b, float* out, int64_t n) {
+  const __m256 c2 = _mm256_set1_ps(-2.0f * 0.7978845608028654f), k = _mm256_set1_ps(0.044715f);
+  const __m256 one = _mm256_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(a + i);
+    const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+    const __m256 e = exp_avx2(_mm256_mul_ps(c2, _mm256_fmadd_ps(k, x3, x)));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_loadu_ps(b + i)));
+  }
+  for (; i < n; ++i) out[i] = gelu_tanh(a[i]) * b[i];
+}
+
 __attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
   __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
   lo = _mm_add_ps(lo, hi);
@@ -101,22 +140,32 @@ __attribute__((target("avx2,fma"))) void axpy_f32_avx2(float s, const float* x, 
 }
 #endif
 
+#ifdef MARKBASE_X86
+// CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports does not know "f16c").
+bool has_f16c() {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+#endif
+
 struct Dispatch {
   float (*dot_f32)(const float*, const float*, int64_t) = dot_f32_portable;
   float (*dot_f16)(const float*, const uint16_t*, int64_t) = dot_f16_portable;
   void (*axpy_f16)(float, const uint16_t*, float*, int64_t) = axpy_f16_portable;
   void (*axpy_f32)(float, const float*, float*, int64_t) = axpy_f32_portable;
+  void (*gelu_mul)(const float*, const float*, float*, int64_t) = gelu_mul_portable;
   const char* name = "portable";
   Dispatch() {
     const char* force = std::getenv("MARKBASE_SIMD");
     if (force && std::strcmp(force, "portable") == 0) return;
 #ifdef MARKBASE_X86
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c()) {
       dot_f32 = dot_f32_avx2;
       dot_f16 = dot_f16_avx2;
       axpy_f16 = axpy_f16_avx2;
       axpy_f32 = axpy_f32_avx2;
+      gelu_mul = gelu_mul_avx2;
       name = "avx2";
     }
 #endif
@@ -134,6 +183,7 @@ float dot_f32(const float* a, const float* b, int64_t n) { return dispatch().dot
 float dot_f16(const float* a, const uint16_t* b, int64_t n) { return dispatch().dot_f16(a, b, n); }
 void axpy_f16(float s, const uint16_t* x, float* y, int64_t n) { dispatch().axpy_f16(s, x, y, n); }
 void axpy_f32(float s, const float* x, float* y, int64_t n) { dispatch().axpy_f32(s, x, y, n); }
+void gelu_mul(const float* a, const float* b, float* out, int64_t n) { dispatch().gelu_mul(a, b, out, n); }
 const char* simd_path() { return dispatch().name; }
 
 float gelu_tanh(float x) {

@@ -18,5 +18,7 @@ void axpy_f32(float s, const float* x, float* y, int64_t n);
 const char* simd_path();
 
 float gelu_tanh(float x);
+// out[i] = gelu_tanh(a[i]) * b[i] (out may alias a)
+void gelu_mul(const float* a, const float* b, float* out, int64_t n);
 
 }  // namespace markbase::cpu

@@ -16,7 +16,8 @@ add_custom_command(
           -P ${CMAKE_CURRENT_SOURCE_DIR}/cpp/backend/metal/embed_kernels.cmake
   DEPENDS ${MARKBASE_METAL_KERNELS} ${MARKBASE_METAL_HEADERS} cpp/backend/metal/embed_kernels.cmake
   WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}
-  COMMENT "Embedding the Metal kernel sources")
+  COMMENT "Embedding the Metal kernel sources"
+  VERBATIM)
 
 target_sources(markbase_core PRIVATE
   cpp/backend/metal/metal_device.cpp
@@ -28,16 +29,26 @@ target_compile_definitions(markbase_core PUBLIC MARKBASE_HAVE_METAL)
 if(MARKBASE_METAL_EMU)
   target_compile_definitions(markbase_core PUBLIC MARKBASE_METAL_EMU)
   target_link_libraries(markbase_core PUBLIC msl_emu)
-  msl_emu_add_kernels(markbase_core ${MARKBASE_METAL_KERNELS})
+  # The kernels compiled to C++ register themselves from static initialisers: an OBJECT library
+  # puts their objects straight into each program (a static archive would drop them as unused).
+  add_library(markbase_metal_kernels OBJECT)
+  set_target_properties(markbase_metal_kernels PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  msl_emu_add_kernels(markbase_metal_kernels ${MARKBASE_METAL_KERNELS})
 else()
-  # metal-cpp: Apple's headers, pinned by hash; -DMETAL_CPP_DIR=<path> uses a local copy instead.
+  # metal-cpp: Apple's headers, the same pinned copy as the Linux emulated build (pymetal-cpp
+  # 0.1.5's, checked by sha256 in fetch_metal_cpp.py); -DMETAL_CPP_DIR=<path> uses a local copy.
+  set(METAL_CPP_DIR "" CACHE PATH "metal-cpp directory (with Foundation/ and Metal/)")
   if(NOT METAL_CPP_DIR)
-    include(FetchContent)
-    FetchContent_Declare(metal_cpp
-      URL https://developer.apple.com/metal/cpp/files/metal-cpp_macOS15_iOS18.zip
-      URL_HASH SHA256=${MARKBASE_METAL_CPP_SHA256})
-    FetchContent_MakeAvailable(metal_cpp)
-    set(METAL_CPP_DIR ${metal_cpp_SOURCE_DIR})
+    find_package(Python3 COMPONENTS Interpreter REQUIRED)
+    execute_process(
+      COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/cpp/backend/metal/fetch_metal_cpp.py
+              ${CMAKE_BINARY_DIR}/_deps/metal_cpp
+      RESULT_VARIABLE _mb_rc OUTPUT_VARIABLE _mb_out ERROR_VARIABLE _mb_err
+      OUTPUT_STRIP_TRAILING_WHITESPACE)
+    if(NOT _mb_rc EQUAL 0)
+      message(FATAL_ERROR "could not obtain metal-cpp:\n${_mb_err}")
+    endif()
+    set(METAL_CPP_DIR ${_mb_out})
   endif()
   target_include_directories(markbase_core PUBLIC ${METAL_CPP_DIR})
   target_sources(markbase_core PRIVATE cpp/backend/metal/metal_cpp_impl.cpp)

@@ -25,8 +25,9 @@ struct KVArgs { int kv_heads, head_dim, k_stride, v_stride, ko_stride, vo_stride
 struct AttnArgs { int heads, kv_heads, head_dim, q_stride, out_stride, capacity, ring, window; float scale; };
 
 // MatMul: out[t, r] = dot(W[r], a[t]) for r < n rows of k columns; softcap > 0 caps the result.
-// GeGLU form: out[t, r] = gelu(dot(Wg[r], a[t])) * dot(Wu[r], a[t]).
-struct MatArgs { int type, n, k, row_bytes, T, a_stride, out_stride; float softcap; };
+// GeGLU form: out[t, r] = gelu(dot(Wg[r], a[t])) * dot(Wu[r], a[t]). has_norm (matvec only): a[t]
+// is first RMS-normalised over its k columns and scaled by the norm weight (the norm fused in).
+struct MatArgs { int type, n, k, row_bytes, T, a_stride, out_stride; float softcap; int has_norm; float eps; };
 
 // MoE routing: softmax over n_experts logits, top-k, renormalised, times the per-expert scale.
 struct RouteArgs { int n_experts, k, a_stride, out_stride, has_scale; };

@@ -8,19 +8,38 @@
 #define MV_SG 4      // simdgroups (rows) per threadgroup
 #define MV_MAX_T 8   // tokens per dispatch
 
-// Weight row r's dot with T activation rows; lane's partial sums in acc.
+// The RMS norm fused into the product (decode): rnorm[t] = 1 / rms(a[t]), computed by every
+// simdgroup for itself (the row is in cache; this saves a dispatch and a round trip through
+// memory), and 1 for every token when there is no norm.
+inline void row_norms(constant MatArgs& args, device const float* a, uint lane, thread float* rnorm) {
+  for (int t = 0; t < args.T; ++t) {
+    float s = 0.0f;
+    if (args.has_norm) {
+      device const float* x = a + long(t) * args.a_stride;
+      for (int i = int(lane); i < args.k; i += 32) s += x[i] * x[i];
+    }
+    s = simd_sum(s);
+    rnorm[t] = args.has_norm ? rsqrt(s / float(args.k) + args.eps) : 1.0f;
+  }
+}
+
+// Weight row r's dot with T activation rows (each times rnorm[t] * nw, the fused norm, when
+// has_norm); lane's partial sums in acc.
 template <int TYPE>
 inline void row_dots(device const uchar* wrow, device const float* a, int a_stride, int k, int T,
-                     uint lane, thread float* acc) {
+                     int has_norm, device const float* nw, thread const float* rnorm, uint lane,
+                     thread float* acc) {
   for (int t = 0; t < MV_MAX_T; ++t) acc[t] = 0.0f;
   for (int i = int(lane) * 4; i < k; i += 128) {
     float4 w4;
     if (TYPE == MB_Q4_0) w4 = dequant4_q4_0(wrow, i);
     else if (TYPE == MB_Q8_0) w4 = dequant4_q8_0(wrow, i);
     else w4 = dequant4(TYPE, wrow, i);
+    const float4 g = has_norm ? float4(nw[i], nw[i + 1], nw[i + 2], nw[i + 3]) : float4(1.0f);
     for (int t = 0; t < T; ++t) {
       device const float* x = a + long(t) * a_stride + i;
-      acc[t] += dot(w4, float4(x[0], x[1], x[2], x[3]));
+      // (x * r) * w, as the separate norm computes it
+      acc[t] += dot(w4, (float4(x[0], x[1], x[2], x[3]) * rnorm[t]) * g);
     }
   }
 }
@@ -32,13 +51,16 @@ kernel void mul_mv(constant MatArgs& args [[buffer(0)]],
                    device const uchar* w [[buffer(1)]],
                    device const float* a [[buffer(2)]],
                    device float* out [[buffer(3)]],
+                   device const float* nw [[buffer(4)]],
                    uint tgid [[threadgroup_position_in_grid]],
                    uint lane [[thread_index_in_simdgroup]],
                    uint sg [[simdgroup_index_in_threadgroup]]) {
   const int r = int(tgid) * MV_SG + int(sg);
   if (r >= args.n) return;
-  float acc[MV_MAX_T];
-  row_dots<TYPE>(w + long(r) * args.row_bytes, a, args.a_stride, args.k, args.T, lane, acc);
+  float acc[MV_MAX_T], rnorm[MV_MAX_T];
+  row_norms(args, a, lane, rnorm);
+  row_dots<TYPE>(w + long(r) * args.row_bytes, a, args.a_stride, args.k, args.T, args.has_norm, nw,
+                 rnorm, lane, acc);
   for (int t = 0; t < args.T; ++t) {
     float v = simd_sum(acc[t]);
     if (args.softcap > 0.0f) v = args.softcap * tanh(v / args.softcap);
@@ -53,14 +75,18 @@ kernel void mul_mv_geglu(constant MatArgs& args [[buffer(0)]],
                          device const uchar* wu [[buffer(2)]],
                          device const float* a [[buffer(3)]],
                          device float* out [[buffer(4)]],
+                         device const float* nw [[buffer(5)]],
                          uint tgid [[threadgroup_position_in_grid]],
                          uint lane [[thread_index_in_simdgroup]],
                          uint sg [[simdgroup_index_in_threadgroup]]) {
   const int r = int(tgid) * MV_SG + int(sg);
   if (r >= args.n) return;
-  float g[MV_MAX_T], u[MV_MAX_T];
-  row_dots<TYPE>(wg + long(r) * args.row_bytes, a, args.a_stride, args.k, args.T, lane, g);
-  row_dots<TYPE>(wu + long(r) * args.row_bytes, a, args.a_stride, args.k, args.T, lane, u);
+  float g[MV_MAX_T], u[MV_MAX_T], rnorm[MV_MAX_T];
+  row_norms(args, a, lane, rnorm);
+  row_dots<TYPE>(wg + long(r) * args.row_bytes, a, args.a_stride, args.k, args.T, args.has_norm, nw,
+                 rnorm, lane, g);
+  row_dots<TYPE>(wu + long(r) * args.row_bytes, a, args.a_stride, args.k, args.T, args.has_norm, nw,
+                 rnorm, lane, u);
   for (int t = 0; t < args.T; ++t) {
     const float gv = simd_sum(g[t]), uv = simd_sum(u[t]);
     if (lane == 0) out[long(t) * args.out_stride + r] = mb_gelu_tanh(gv) * uv;

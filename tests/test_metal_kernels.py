@@ -296,3 +296,36 @@ def test_one_command_buffer_per_step():
     r.run(build(r), tokens(2))
     assert r.r.waits == 1
     assert r.r.kernels == 11
+
+
+@pytest.mark.parametrize("T", [1, 3, 12])
+@pytest.mark.parametrize("read_later", [False, True])
+def test_norm_fused_into_products(order, T, read_later):
+    """attn_norm feeding three products (fused into each matvec when nothing reads the normed
+    slot later), and ffn_norm feeding the gate/up pair; with read_later the normed slot is read
+    after the products, so the norm must run on its own."""
+    H, N = 256, 40
+
+    def build(r):
+        rng = np.random.default_rng(13)
+        x = embed_table(r, rng, 16, H, scale=3.0)
+        nw = r.weight("f32", (H,), rng.uniform(0.5, 1.5, H).astype(np.float32).tobytes())
+        ws = [r.weight("q4_k", (N, H), random_tensor(rng, "q4_k", N, H)) for _ in range(5)]
+        # slots: 0 x, 1 h (normed), 2..4 products, 5 gate, 6 up
+        ops = [embed_op(x, 0, H),
+               {"kind": "rms_norm", "out": 1, "a": 0, "n": H, "group": H, "w": nw, "f": 1e-6}]
+        ops += [{"kind": "matmul", "out": 2 + j, "a": 1, "w": ws[j], "n": N} for j in range(3)]
+        if read_later:
+            ops.append({"kind": "add", "out": 2, "a": 2, "b": 1, "n": N})
+        ops += [{"kind": "rms_norm", "out": 1, "a": 0, "n": H, "group": H, "w": nw, "f": 1e-6},
+                {"kind": "matmul", "out": 5, "a": 1, "w": ws[3], "n": N},
+                {"kind": "matmul", "out": 6, "a": 1, "w": ws[4], "n": N},
+                {"kind": "gelu_mul", "out": 5, "a": 5, "b": 6, "n": N},
+                {"kind": "add", "out": 5, "a": 5, "b": 2, "n": N},
+                {"kind": "add", "out": 5, "a": 5, "b": 3, "n": N},
+                {"kind": "add", "out": 5, "a": 5, "b": 4, "n": N},
+                {"kind": "scale", "out": 1, "a": 0, "n": H, "f": 1.0}]  # h overwritten: dead
+        slots = [(H, False, 1), (H, False, 1)] + [(N, False, 1)] * 5
+        return {"slots": slots, "result": 5, "ops": ops}
+
+    compare(core, "metal", build, [(tokens(T), 0)])

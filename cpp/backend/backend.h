@@ -2,6 +2,7 @@
 // graphs and tensors, never a model.
 #pragma once
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,16 @@ struct BackendOptions {
   int threads = 0;          // 0: all cores
   bool kv_f16 = true;       // KV cache storage: float16 (default) or float32
   bool precise = false;     // float32 activations everywhere (the reference mode)
+};
+
+// What a backend needs to draw the next token on the device (runtime/sampler.h's semantics:
+// repeat penalty, then greedy when temperature is 0, else top-k, top-p, min-p and a draw).
+struct DeviceSampling {
+  float temperature = 0.0f;
+  int top_k = 0;
+  float top_p = 1.0f, min_p = 0.0f, repeat_penalty = 1.0f;
+  std::vector<int> recent;  // distinct token ids the repeat penalty applies to
+  double u = 0.0;           // a uniform random number in [0, 1) from the session's seeded generator
 };
 
 // The KV caches of one sequence, owned by the session, laid out by the backend.
@@ -33,6 +44,16 @@ class Backend {
   // Ops executed (or kernels launched) and host waits in the last run.
   virtual int ops_last_run() const = 0;
   virtual int waits_last_run() const = 0;
+
+  // Sampling on the device, so that only the token id comes back to the host (one wait per
+  // token). A backend that can overrides both; by default the caller runs the graph and samples
+  // the logits on the host (runtime/sampler.cpp), which is what the CPU backend does.
+  virtual bool samples_on_device() const { return false; }
+  // Runs g (as run()) and returns the token drawn from its last logits row.
+  virtual int run_sample(const Graph& g, const Step& step, KVCaches& caches, const DeviceSampling& s) {
+    (void)g; (void)step; (void)caches; (void)s;
+    throw std::logic_error(name() + " backend does not sample on the device");
+  }
 };
 
 // "cpu" always exists; others throw BackendError when not built or not available here.

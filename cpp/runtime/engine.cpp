@@ -1,5 +1,6 @@
 #include "runtime/engine.h"
 
+#include <cstdlib>
 #include <stdexcept>
 
 #include "formats/error.h"
@@ -60,6 +61,9 @@ Engine::Engine(const std::string& path, const EngineOptions& opt) : opt_(opt) {
   bo.precise = opt.precise;
   backend_ = create_backend(opt.backend, bo);  // fails fast on an unavailable backend
   backend_name_ = backend_->name();
+  // MARKBASE_HOST_SAMPLING=1 samples on the host even where the backend could on the device.
+  const char* hs = std::getenv("MARKBASE_HOST_SAMPLING");
+  device_sampling_ = backend_->samples_on_device() && !(hs && *hs && std::string(hs) != "0");
   file_ = ModelFile::open(path);
   model_ = std::make_unique<GemmaModel>(file_, opt.quant);
   if (file_->is_gguf()) tokenizer_ = std::make_unique<Tokenizer>(vocab_from_gguf(*file_));
@@ -87,19 +91,25 @@ int Engine::begin(const std::vector<int>& prompt, const SamplingParams& p) {
   sampler_ = std::make_unique<Sampler>(p);
   session_->reset();
   history_ = prompt;
-  std::vector<float> l = session_->forward(prompt);
-  last_ = sampler_->sample(l.data(), config().vocab_size, history_);
+  last_ = step(prompt);
   history_.push_back(last_);
   return last_;
+}
+
+// Runs tokens and draws the next one: on the device when the backend can (only the id comes
+// back), else from the last logits on the host.
+int Engine::step(const std::vector<int>& tokens) {
+  if (device_sampling_) return session_->forward_sample(tokens, sampler_->device_params(history_));
+  std::vector<float> l = session_->forward(tokens);
+  return sampler_->sample(l.data(), config().vocab_size, history_);
 }
 
 int Engine::next() {
   if (!sampler_) throw std::logic_error("next() before begin()");
   if (session_->pos() >= opt_.max_context)
     throw std::length_error("the context of " + std::to_string(opt_.max_context) + " tokens is full");
-  std::vector<float> l = session_->forward({last_});
+  last_ = step({last_});
   decode_ops_ = session_->ops_per_step();
-  last_ = sampler_->sample(l.data(), config().vocab_size, history_);
   history_.push_back(last_);
   return last_;
 }

@@ -55,6 +55,8 @@ class Engine {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<Session> session_;
   std::unique_ptr<Sampler> sampler_;
+  bool device_sampling_ = false;  // the backend draws tokens on the device (see step())
+  int step(const std::vector<int>& tokens);
   std::vector<int> history_;
   int last_ = -1;
   int decode_ops_ = 0;

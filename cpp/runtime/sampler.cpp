@@ -76,4 +76,21 @@ int Sampler::sample(const float* logits, int vocab, const std::vector<int>& hist
   return cand_[dist(rng_)].second;
 }
 
+DeviceSampling Sampler::device_params(const std::vector<int>& history) {
+  DeviceSampling d;
+  d.temperature = p_.temperature;
+  d.top_k = p_.top_k;
+  d.top_p = p_.top_p;
+  d.min_p = p_.min_p;
+  d.repeat_penalty = p_.repeat_penalty;
+  if (p_.repeat_penalty != 1.0f && p_.repeat_last_n > 0) {
+    std::unordered_set<int> seen;
+    const size_t n = std::min<size_t>(history.size(), p_.repeat_last_n);
+    for (size_t i = history.size() - n; i < history.size(); ++i)
+      if (seen.insert(history[i]).second) d.recent.push_back(history[i]);
+  }
+  if (p_.temperature > 0.0f) d.u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+  return d;
+}
+
 }  // namespace markbase

@@ -4,6 +4,8 @@
 #include <random>
 #include <vector>
 
+#include "backend/backend.h"
+
 namespace markbase {
 
 struct SamplingParams {
@@ -25,6 +27,9 @@ class Sampler {
   explicit Sampler(const SamplingParams& p);
   // history: the tokens so far (prompt and generated), for the repeat penalty.
   int sample(const float* logits, int vocab, const std::vector<int>& history);
+  // The same draw for a backend that samples on the device: the parameters, the distinct recent
+  // ids the repeat penalty applies to, and one uniform number from this sampler's generator.
+  DeviceSampling device_params(const std::vector<int>& history);
 
  private:
   SamplingParams p_;

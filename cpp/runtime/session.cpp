@@ -25,7 +25,7 @@ const Graph& Session::graph(int T, bool all_logits) {
   return it->second;
 }
 
-std::vector<float> Session::forward(const std::vector<int>& tokens, float* all_rows) {
+void Session::check_tokens(const std::vector<int>& tokens) const {
   const int V = model_.config().vocab_size;
   if (tokens.empty()) throw std::invalid_argument("no tokens to run");
   if (pos_ + static_cast<int64_t>(tokens.size()) > max_context_)
@@ -35,19 +35,20 @@ std::vector<float> Session::forward(const std::vector<int>& tokens, float* all_r
     if (id < 0 || id >= V)
       throw std::invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary of " +
                                   std::to_string(V));
-  std::vector<float> last(V);
+}
+
+// Calls each(g, step, done, is_last) for every chunk of at most chunk_ tokens, advancing pos_.
+template <class F>
+void Session::chunks(const std::vector<int>& tokens, bool all, const F& each) {
   size_t done = 0;
   while (done < tokens.size()) {
     const int T = static_cast<int>(std::min<size_t>(chunk_, tokens.size() - done));
-    const bool all = all_rows != nullptr;
     const Graph& g = graph(T, all);
     Step step;
     step.tokens.assign(tokens.begin() + done, tokens.begin() + done + T);
     step.pos0 = pos_;
-    const float* logits = backend_.run(g, step, *caches_);
+    each(g, step, done, done + T == tokens.size());
     ops_ = backend_.ops_last_run();
-    if (all) std::memcpy(all_rows + done * V, logits, sizeof(float) * T * V);
-    std::memcpy(last.data(), logits + (all ? static_cast<size_t>(T - 1) * V : 0), sizeof(float) * V);
     pos_ += T;
     done += T;
     // Keep the graphs every sequence uses (a full chunk, one token); a graph for the odd size of
@@ -57,7 +58,30 @@ std::vector<float> Session::forward(const std::vector<int>& tokens, float* all_r
       graphs_.erase(std::make_pair(T, all));
     }
   }
+}
+
+std::vector<float> Session::forward(const std::vector<int>& tokens, float* all_rows) {
+  check_tokens(tokens);
+  const int V = model_.config().vocab_size;
+  std::vector<float> last(V);
+  const bool all = all_rows != nullptr;
+  chunks(tokens, all, [&](const Graph& g, const Step& step, size_t done, bool) {
+    const int T = g.T;
+    const float* logits = backend_.run(g, step, *caches_);
+    if (all) std::memcpy(all_rows + done * V, logits, sizeof(float) * T * V);
+    std::memcpy(last.data(), logits + (all ? static_cast<size_t>(T - 1) * V : 0), sizeof(float) * V);
+  });
   return last;
+}
+
+int Session::forward_sample(const std::vector<int>& tokens, const DeviceSampling& s) {
+  check_tokens(tokens);
+  int token = -1;
+  chunks(tokens, false, [&](const Graph& g, const Step& step, size_t, bool is_last) {
+    if (is_last) token = backend_.run_sample(g, step, *caches_, s);
+    else backend_.run(g, step, *caches_);
+  });
+  return token;
 }
 
 }  // namespace markbase

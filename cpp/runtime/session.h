@@ -23,10 +23,18 @@ class Session {
   // Runs tokens from the current position. Returns the last token's logits; when all_rows is
   // given, it receives every token's logits (tokens.size() x vocab).
   std::vector<float> forward(const std::vector<int>& tokens, float* all_rows = nullptr);
+  // As forward(), but the backend draws the next token from the last logits row on the device
+  // (Backend::run_sample): only the token id comes back.
+  int forward_sample(const std::vector<int>& tokens, const DeviceSampling& s);
   int ops_per_step() const { return ops_; }
 
  private:
   const Graph& graph(int T, bool all_logits);
+  void check_tokens(const std::vector<int>& tokens) const;
+  // Cuts tokens into chunks of at most chunk_, calls each(g, step, done, is_last) for each and
+  // advances the position.
+  template <class F>
+  void chunks(const std::vector<int>& tokens, bool all, const F& each);
   const GemmaModel& model_;
   Backend& backend_;
   int max_context_, chunk_;

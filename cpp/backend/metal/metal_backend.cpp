@@ -39,12 +39,13 @@ class MetalCaches : public KVCaches {
 };
 
 // One unit of encoding: a single op or a fused run of consecutive ops.
-enum class Fuse { Single, NormAdd, NormRope, NormRopeStore, Geglu, MatSoftcap };
+enum class Fuse { Single, NormAdd, NormRope, NormRopeStore, Geglu, MatSoftcap, Skip };
 struct PlanItem {
   Fuse kind;
   int first;     // index of the first op
   int count;     // ops covered
   bool v_norm = false;
+  int norm = -1;  // products: the RmsNorm op fused into this matvec (its output is never stored)
 };
 
 // Per graph: activation slots, the step buffer, RoPE tables, MoE scratch, and the fused plan.
@@ -91,13 +92,14 @@ class MetalBackend : public Backend {
  private:
   GraphState& state(const Graph& g);
   std::vector<PlanItem> plan(const Graph& g) const;
+  void fuse_norms_into_products(const Graph& g, std::vector<PlanItem>& plan) const;
   Bound weight(const TensorView* t);
   Bound vec_f32(const TensorView* t);
   Bound slot(GraphState& s, int i) { return {s.slots[i].get(), 0}; }
   void encode(MTL::ComputeCommandEncoder* enc, const Graph& g, GraphState& s, const PlanItem& p,
               MetalCaches& kv);
   void encode_matmul(MTL::ComputeCommandEncoder* enc, const Graph& g, GraphState& s, const Op& op,
-                     float softcap);
+                     float softcap, const Op* norm);
   void encode_moe(MTL::ComputeCommandEncoder* enc, const Graph& g, GraphState& s, const Op& op);
 
   void use(MTL::ComputeCommandEncoder* enc, const std::string& kernel) {
@@ -205,7 +207,47 @@ std::vector<PlanItem> MetalBackend::plan(const Graph& g) const {
     out.push_back({Fuse::Single, i, 1});
     ++i;
   }
+  fuse_norms_into_products(g, out);
   return out;
+}
+
+// The norm before the products that read it (q/k/v after attn_norm, gate/up after ffn_norm, the
+// router after its norm): for short steps every matvec normalises its input row itself, and the
+// norm's own dispatch goes. Only when nothing else ever reads the normalised slot: the next op
+// touching it after the products must overwrite it without reading it.
+void MetalBackend::fuse_norms_into_products(const Graph& g, std::vector<PlanItem>& plan) const {
+  const std::vector<Op>& ops = g.ops;
+  for (size_t p = 0; p < plan.size(); ++p) {
+    if (plan[p].kind != Fuse::Single) continue;
+    const Op& nm = ops[plan[p].first];
+    if (nm.kind != OpKind::RmsNorm || !nm.w || nm.group != nm.n || nm.out == nm.a ||
+        g.rows(nm.out) > kMaxMatvecTokens)
+      continue;
+    const int h = nm.out;
+    size_t q = p + 1;
+    for (; q < plan.size(); ++q) {
+      const PlanItem& c = plan[q];
+      const Op& o = ops[c.first];
+      const bool product = (c.kind == Fuse::Single || c.kind == Fuse::Geglu || c.kind == Fuse::MatSoftcap) &&
+                           o.kind == OpKind::MatMul && o.a == h && o.w->cols() == nm.n;
+      if (!product) break;
+    }
+    if (q == p + 1) continue;
+    // Liveness of h after the products.
+    bool dead = h != g.logits;
+    const int after = q < plan.size() ? plan[q].first : static_cast<int>(ops.size());
+    for (int i = after; i < static_cast<int>(ops.size()); ++i) {
+      if (ops[i].a == h || ops[i].b == h) { dead = false; break; }
+      if (ops[i].out == h) break;
+    }
+    // Products inside the run must not write the slots the norm reads.
+    for (size_t c = p + 1; c < q && dead; ++c)
+      for (int i = plan[c].first; i < plan[c].first + plan[c].count; ++i)
+        if (ops[i].out == nm.a || ops[i].out == h) dead = false;
+    if (!dead) continue;
+    plan[p].kind = Fuse::Skip;
+    for (size_t c = p + 1; c < q; ++c) plan[c].norm = plan[p].first;
+  }
 }
 
 GraphState& MetalBackend::state(const Graph& g) {
@@ -275,21 +317,26 @@ const float* MetalBackend::run(const Graph& g, const Step& st, KVCaches& kvb) {
 }
 
 void MetalBackend::encode_matmul(MTL::ComputeCommandEncoder* enc, const Graph& g, GraphState& s,
-                                 const Op& op, float softcap) {
+                                 const Op& op, float softcap, const Op* norm) {
   const TensorView& w = *op.w;
   const int rows = g.rows(op.out), k = static_cast<int>(w.cols());
   if (k % 4 != 0)
     throw BackendError("[metal] " + op.label + ": rows of " + std::to_string(k) + " columns (a multiple of 4 is needed)");
+  const int in = norm ? norm->a : op.a;  // a fused norm reads the norm's input
   MatArgs a{static_cast<int>(w.type), op.n, k, static_cast<int>(w.row_stride()), rows,
-            g.slots[op.a].cols, g.slots[op.out].cols, softcap};
+            g.slots[in].cols, g.slots[op.out].cols, softcap, norm != nullptr, norm ? norm->f : 0.0f};
   const bool mv = rows <= kMaxMatvecTokens;
   use(enc, (mv ? "mul_mv_" : "mul_mm_") + type_tag(w.type));
   args(enc, a);
   bind(enc, 1, weight(op.w));
-  bind(enc, 2, slot(s, op.a));
+  bind(enc, 2, slot(s, in));
   bind(enc, 3, slot(s, op.out));
-  if (mv) grid(enc, div_up(op.n, 4), 1, 128);
-  else grid(enc, div_up(op.n, 32), div_up(rows, 32), 128);
+  if (mv) {
+    bind(enc, 4, norm ? vec_f32(norm->w) : slot(s, in));
+    grid(enc, div_up(op.n, 4), 1, 128);
+  } else {
+    grid(enc, div_up(op.n, 32), div_up(rows, 32), 128);
+  }
 }
 
 void MetalBackend::encode_moe(MTL::ComputeCommandEncoder* enc, const Graph& g, GraphState& s, const Op& op) {
@@ -422,19 +469,24 @@ void MetalBackend::encode(MTL::ComputeCommandEncoder* enc, const Graph& g, Graph
     case Fuse::Geglu: {
       const Op& u = g.ops[p.first + 1];
       const TensorView& w = *op.w;
+      const Op* nm = p.norm >= 0 ? &g.ops[p.norm] : nullptr;
+      const int in = nm ? nm->a : op.a;
       MatArgs a{static_cast<int>(w.type), op.n, static_cast<int>(w.cols()), static_cast<int>(w.row_stride()),
-                rows, stride(op.a), stride(op.out), 0.0f};
+                rows, stride(in), stride(op.out), 0.0f, nm != nullptr, nm ? nm->f : 0.0f};
       use(enc, "mul_mv_geglu_" + type_tag(w.type));
       args(enc, a);
       bind(enc, 1, weight(op.w));
       bind(enc, 2, weight(u.w));
-      bind(enc, 3, slot(s, op.a));
+      bind(enc, 3, slot(s, in));
       bind(enc, 4, slot(s, op.out));
+      bind(enc, 5, nm ? vec_f32(nm->w) : slot(s, in));
       grid(enc, div_up(op.n, 4), 1, 128);
       return;
     }
     case Fuse::MatSoftcap:
-      encode_matmul(enc, g, s, op, g.ops[p.first + 1].f);
+      encode_matmul(enc, g, s, op, g.ops[p.first + 1].f, p.norm >= 0 ? &g.ops[p.norm] : nullptr);
+      return;
+    case Fuse::Skip:
       return;
     case Fuse::Single:
       break;
@@ -463,7 +515,7 @@ void MetalBackend::encode(MTL::ComputeCommandEncoder* enc, const Graph& g, Graph
       return;
     }
     case OpKind::MatMul:
-      encode_matmul(enc, g, s, op, 0.0f);
+      encode_matmul(enc, g, s, op, 0.0f, p.norm >= 0 ? &g.ops[p.norm] : nullptr);
       return;
     case OpKind::GeluMul:
     case OpKind::Add: {

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# One device call on the H200: builds MarkBase with the CUDA backend, runs the CUDA tests, and
+# measures MarkBase (and llama.cpp's CUDA llama-bench, built beside it) on synthetic Gemma 4 GGUFs.
+#   STAGES="test tune bench llama" BUDGET=560 bash bench/cuda/h200_run.sh
+# Carried: .whl (transformers 5.23 for the tiny models), .gpu/llama.cpp-src.tar.gz (trimmed
+# llama.cpp of the llama-cpp-python 0.3.36 sdist). Logs and JSON go to $OUT.
+set -u
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+STAGES=${STAGES:-"test bench llama"}
+BUDGET=${BUDGET:-560}
+T0=$(date +%s)
+left() { echo $((BUDGET - ($(date +%s) - T0))); }
+log() { echo "[$(($(date +%s) - T0))s] $*" | tee -a "$OUT/run.log"; }
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+export PYTHONUNBUFFERED=1
+M=/tmp/models; mkdir -p $M
+
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv | tee -a "$OUT/run.log"
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+fi
+
+# llama.cpp build in the background (about 250 s on 16 cores)
+if has llama && [ -f .gpu/llama.cpp-src.tar.gz ]; then
+  ( mkdir -p /tmp/llama && tar xzf .gpu/llama.cpp-src.tar.gz -C /tmp/llama &&
+    cmake -S /tmp/llama/llama.cpp -B /tmp/llama/build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+      -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF \
+      > /tmp/llama/cfg.log 2>&1 &&
+    nice -n 5 cmake --build /tmp/llama/build --target llama-bench -j12 > /tmp/llama/build.log 2>&1
+    echo "llama build rc=$?" > /tmp/llama/done ) &
+fi
+
+# synthetic models in the background (the generator streams; one core each)
+if has bench; then
+  ( python3 bench/make_synthetic_gguf.py $M/g4-26b-q4_0.gguf --preset 26b-a4b --type q4_0 > $M/gen26.log 2>&1
+    echo done > $M/gen26.done ) &
+  ( python3 bench/make_synthetic_gguf.py $M/g4-26b-dense-q4_0.gguf --preset 26b-a4b --type q4_0 --dense-equivalent > $M/gendense.log 2>&1
+    python3 bench/make_synthetic_gguf.py $M/g4-e4b-q4_0.gguf --preset e4b --type q4_0 > $M/gene4b.log 2>&1
+    echo done > $M/gen2.done ) &
+fi
+
+log "building markbase (CUDA)"
+CMAKE_BUILD_PARALLEL_LEVEL=8 CMAKE_ARGS="-DMARKBASE_CUDA=ON" python3 -m pip install --no-build-isolation --no-deps -q . \
+  > "$OUT/build.log" 2>&1 || { log "markbase build FAILED"; tail -50 "$OUT/build.log"; }
+BENCH=$(python3 -c "import sysconfig;print(sysconfig.get_path('scripts'))")/markbase-bench
+log "built: $(python3 -c 'import markbase,sys;print(markbase.__file__)') bench=$BENCH"
+
+if has test; then
+  log "tests"
+  timeout $(( $(left) > 300 ? 300 : $(left) )) python3 -m pytest -q -p no:cacheprovider --durations=8 tests/test_cuda_backend.py \
+    ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tail -40 | tee "$OUT/tests.log"
+fi
+
+wait_for() { while [ ! -f "$1" ] && [ "$(left)" -gt 20 ]; do sleep 2; done; [ -f "$1" ]; }
+
+mb() {  # mb NAME FILE PROMPT GEN [env...]
+  local name=$1 file=$2 p=$3 n=$4; shift 4
+  [ "$(left)" -gt 40 ] || { log "skip $name (time)"; return; }
+  log "markbase $name"
+  env "$@" timeout $(( $(left) - 20 )) "$BENCH" --model "$file" --backend cuda --prompt-tokens $p --gen-tokens $n \
+    --repeats 3 --json 2>>"$OUT/bench.err" | sed "s/^{/{\"name\": \"$name\", /" | tee -a "$OUT/bench.jsonl"
+}
+
+if has bench; then  # the GPU's read bandwidth, for the floor: sum of a 4 GiB tensor, best of 10
+  python3 -c "
+import torch,time
+x=torch.ones(1<<30,device='cuda');torch.cuda.synchronize();b=0
+for i in range(12):
+  torch.cuda.synchronize();t=time.perf_counter();x.sum();torch.cuda.synchronize();b=max(b,4*(1<<30)/(time.perf_counter()-t)/1e9)
+print('{\"read_bandwidth_gbs\": %.1f}'%b)" 2>&1 | tee "$OUT/bandwidth.json"
+fi
+# While llama.cpp builds (its compile jobs share the CPU, so only relative figures): the dense
+# model under the tuning switches (rows per lane group of the matrix-vector kernel, fusions off).
+if has tune && wait_for $M/gen2.done; then
+  for v in 1 2 4; do mb tune_dense_rows$v $M/g4-26b-dense-q4_0.gguf 512 64 MARKBASE_CUDA_MATVEC_ROWS=$v; done
+  mb tune_dense_nofuse $M/g4-26b-dense-q4_0.gguf 512 64 MARKBASE_CUDA_FUSE=0
+  mb tune_dense_default $M/g4-26b-dense-q4_0.gguf 512 64
+fi
+
+# MarkBase is measured after the llama.cpp build, so that its compile jobs do not share the CPU
+# with the decode loop's host side.
+if has llama && [ -f .gpu/llama.cpp-src.tar.gz ]; then wait_for /tmp/llama/done; log "llama.cpp built"; fi
+if has bench && wait_for $M/gen26.done; then
+  log "26B file: $(ls -la $M/g4-26b-q4_0.gguf)"
+  mb 26b_p512 $M/g4-26b-q4_0.gguf 512 128
+  mb 26b_p4096 $M/g4-26b-q4_0.gguf 4096 64
+  mb 26b_p512_hostrouting $M/g4-26b-q4_0.gguf 512 64 MARKBASE_CUDA_HOST_ROUTING=1
+  mb 26b_p512_nograph $M/g4-26b-q4_0.gguf 512 64 MARKBASE_CUDA_GRAPH=0
+  if wait_for $M/gen2.done; then
+    mb dense_p512 $M/g4-26b-dense-q4_0.gguf 512 128
+    mb e4b_p512 $M/g4-e4b-q4_0.gguf 512 128
+    mb e4b_p4096 $M/g4-e4b-q4_0.gguf 4096 64
+  fi
+fi
+
+if has llama && wait_for /tmp/llama/done; then
+  cat /tmp/llama/done | tee -a "$OUT/run.log"
+  LB=/tmp/llama/build/bin/llama-bench
+  for f in g4-26b-q4_0 g4-26b-dense-q4_0 g4-e4b-q4_0; do
+    [ -f $M/$f.gguf ] && [ "$(left)" -gt 60 ] || continue
+    log "llama-bench $f"
+    timeout $(( $(left) - 10 )) $LB -m $M/$f.gguf -ngl 99 -fa 1 -p 512,4096 -n 128 -d 0,4096 -r 2 -o jsonl \
+      2>>"$OUT/llama.err" | tee -a "$OUT/llama.jsonl"
+  done
+  tail -5 /tmp/llama/build.log >> "$OUT/run.log"
+fi
+log "end"

@@ -1,0 +1,242 @@
+// KV cache writes and attention over (ring) caches: f16 or f32 storage, head dims up to 512,
+// sliding windows, grouped-query heads.
+//
+// Attention: a block holds up to 8 query rows (one per warp) that read the same KV head, and
+// streams that head's keys and values through shared memory 32 positions at a time (one load
+// serves every row of the group); each warp keeps an online softmax (running max, sum and
+// output row in registers). For decode (one token) the positions are also split over `splits`
+// blocks per head whose partial results a second kernel combines, so that a long context keeps
+// the whole GPU busy (flash-decoding). The split count depends on the cache capacity only, never
+// on the position, so a captured decode graph stays valid for every token.
+#include <algorithm>
+#include <cfloat>
+
+#include "backend/cuda/common.cuh"
+
+namespace markbase::cuda {
+namespace {
+
+constexpr int kTile = 32;
+constexpr int kMaxWarps = 8;
+constexpr int kMaxDim = 512;
+constexpr int kMaxSplits = 64;
+
+__device__ __forceinline__ int cache_slot(const CacheRef& c, int pos) { return c.ring ? pos % c.capacity : pos; }
+
+__global__ void store_kv_kernel(CacheRef c, const float* k, int ks, const float* v, int vs, const StepBuf* step,
+                                int* error_flag) {
+  const int t = blockIdx.x, h = blockIdx.y, d = c.head_dim;
+  const int pos = step->pos0 + t;
+  if (!c.ring && pos >= c.capacity) {
+    if (error_flag && threadIdx.x == 0) *error_flag = 1;
+    return;
+  }
+  const size_t off = (static_cast<size_t>(h) * c.capacity + cache_slot(c, pos)) * d;
+  const float* kr = k + static_cast<size_t>(t) * ks + h * d;
+  const float* vr = v + static_cast<size_t>(t) * vs + h * d;
+  for (int j = threadIdx.x; j < d; j += blockDim.x) {
+    if (c.f16) {
+      static_cast<__half*>(c.k)[off + j] = __float2half_rn(kr[j]);
+      static_cast<__half*>(c.v)[off + j] = __float2half_rn(vr[j]);
+    } else {
+      static_cast<float*>(c.k)[off + j] = kr[j];
+      static_cast<float*>(c.v)[off + j] = vr[j];
+    }
+  }
+}
+
+struct AttnArgs {
+  CacheRef c;
+  const float* q;
+  int qs;
+  const StepBuf* step;
+  int T, heads, group, window, splits, rows_per_block;
+  float scale;
+  float* out;
+  int os;
+  float* scratch;
+};
+
+// grid: (row blocks, kv heads, splits); block: rows_per_block warps.
+__global__ void attention_kernel(AttnArgs p) {
+  extern __shared__ __align__(16) float sm[];
+  const int d = p.c.head_dim, kd = d + 4;  // key rows padded by 16 bytes: conflict-free float4 dots
+  float* Ks = sm;                           // [kTile][d + 4]
+  float* Vs = Ks + kTile * kd;              // [kTile][d]
+  float* Qs = Vs + kTile * d;               // [rows_per_block][d]
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int kvh = blockIdx.y, split = blockIdx.z;
+  const int n_rows = p.T * p.group;
+  const int r = blockIdx.x * p.rows_per_block + warp;
+  const bool active = warp < p.rows_per_block && r < n_rows;  // all 8 warps load, these compute
+  const int t = active ? r / p.group : 0, h = kvh * p.group + (active ? r % p.group : 0);
+
+  // This split's range of positions for one row.
+  auto range = [&](int tt, int& lo, int& hi) {
+    const int pos = p.step->pos0 + tt;
+    const int first = p.window > 0 ? max(0, pos - p.window + 1) : 0;
+    const int n = pos - first + 1, len = (n + p.splits - 1) / p.splits;
+    lo = first + split * len;
+    hi = min(lo + len, pos + 1);
+  };
+  int lo, hi;
+  range(t, lo, hi);
+  if (!active) hi = lo;
+  // The union over the block's rows (rows are in token order: first and last bound it).
+  int blo, bhi, x0, x1;
+  const int t_first = (blockIdx.x * p.rows_per_block) / p.group;
+  const int t_last = min(n_rows - 1, (blockIdx.x + 1) * p.rows_per_block - 1) / p.group;
+  range(t_first, blo, x0);
+  range(t_last, x1, bhi);
+  blo = min(blo, x1);
+  bhi = max(bhi, x0);
+
+  const float* qrow = p.q + static_cast<size_t>(t) * p.qs + h * d;
+  if (warp < p.rows_per_block)
+    for (int j = lane; j < d; j += 32) Qs[warp * d + j] = active ? qrow[j] : 0.0f;
+
+  constexpr int kPer = kMaxDim / 32;
+  float acc[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) acc[i] = 0.0f;
+  float m = -INFINITY, l = 0.0f;
+  const size_t head_off = static_cast<size_t>(kvh) * p.c.capacity * d;
+
+  for (int p0 = blo; p0 < bhi; p0 += kTile) {
+    __syncthreads();
+    // The tile, 4 values per thread and step, several steps in flight (the loads are the
+    // latency; the first version, one scalar load per step from 64 threads, took ~90 us a layer).
+    const int d4 = d / 4;
+#pragma unroll 4
+    for (int u = threadIdx.x; u < kTile * d4; u += blockDim.x) {
+      const int j = u / d4, c = (u - j * d4) * 4, pos = p0 + j;
+      float4 kv = make_float4(0, 0, 0, 0), vv = kv;
+      if (pos < bhi) {
+        const size_t off = head_off + static_cast<size_t>(cache_slot(p.c, pos)) * d + c;
+        if (p.c.f16) {
+          const uint2 kb = *reinterpret_cast<const uint2*>(static_cast<const __half*>(p.c.k) + off);
+          const uint2 vb = *reinterpret_cast<const uint2*>(static_cast<const __half*>(p.c.v) + off);
+          const float2 k0 = __half22float2(*reinterpret_cast<const __half2*>(&kb.x));
+          const float2 k1 = __half22float2(*reinterpret_cast<const __half2*>(&kb.y));
+          const float2 v0 = __half22float2(*reinterpret_cast<const __half2*>(&vb.x));
+          const float2 v1 = __half22float2(*reinterpret_cast<const __half2*>(&vb.y));
+          kv = make_float4(k0.x, k0.y, k1.x, k1.y);
+          vv = make_float4(v0.x, v0.y, v1.x, v1.y);
+        } else {
+          kv = *reinterpret_cast<const float4*>(static_cast<const float*>(p.c.k) + off);
+          vv = *reinterpret_cast<const float4*>(static_cast<const float*>(p.c.v) + off);
+        }
+      }
+      *reinterpret_cast<float4*>(Ks + j * kd + c) = kv;
+      *reinterpret_cast<float4*>(Vs + j * d + c) = vv;
+    }
+    __syncthreads();
+    if (!active || p0 >= hi || p0 + kTile <= lo) continue;
+    const int pos = p0 + lane;
+    float s = -INFINITY;
+    if (pos >= lo && pos < hi) {
+      const float4* kr = reinterpret_cast<const float4*>(Ks + lane * kd);
+      const float4* qv = reinterpret_cast<const float4*>(Qs + warp * d);
+      float d0 = 0.0f, d1 = 0.0f;
+      for (int c = 0; c < d / 4; c += 2) {
+        d0 += dot4(qv[c], kr[c]);
+        if (c + 1 < d / 4) d1 += dot4(qv[c + 1], kr[c + 1]);
+      }
+      s = (d0 + d1) * p.scale;
+    }
+    const float mt = warp_max(s);
+    if (mt == -INFINITY) continue;
+    const float mn = fmaxf(m, mt);
+    const float corr = expf(m - mn);  // m = -inf on the first tile: corr = 0
+    const float e = s == -INFINITY ? 0.0f : expf(s - mn);
+    l = l * corr + warp_sum(e);
+    m = mn;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) acc[i] *= corr;
+    for (int j = 0; j < kTile; ++j) {
+      const float ej = __shfl_sync(0xffffffffu, e, j);
+      if (ej == 0.0f) continue;  // uniform across the warp
+      const float* vr = Vs + j * d;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int c = lane + 32 * i;
+        if (c < d) acc[i] += ej * vr[c];
+      }
+    }
+  }
+  if (!active) return;
+  if (p.splits == 1) {
+    float* o = p.out + static_cast<size_t>(t) * p.os + h * d;
+    const float inv = 1.0f / l;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int c = lane + 32 * i;
+      if (c < d) o[c] = acc[i] * inv;
+    }
+  } else {
+    float* sp = p.scratch + (static_cast<size_t>(t * p.heads + h) * p.splits + split) * (d + 2);
+    if (lane == 0) { sp[0] = m; sp[1] = l; }
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int c = lane + 32 * i;
+      if (c < d) sp[2 + c] = acc[i];
+    }
+  }
+}
+
+// One block per (token, head): merges the splits' partial softmax results.
+__global__ void attention_combine_kernel(const float* scratch, int heads, int d, int splits, float* out, int os) {
+  const int row = blockIdx.x, t = row / heads, h = row % heads;
+  const float* sp = scratch + static_cast<size_t>(row) * splits * (d + 2);
+  float M = -INFINITY;
+  for (int s = 0; s < splits; ++s) M = fmaxf(M, sp[s * (d + 2)]);
+  float L = 0.0f;
+  for (int s = 0; s < splits; ++s) {
+    const float ms = sp[s * (d + 2)];
+    if (ms != -INFINITY) L += sp[s * (d + 2) + 1] * expf(ms - M);
+  }
+  float* o = out + static_cast<size_t>(t) * os + h * d;
+  for (int c = threadIdx.x; c < d; c += blockDim.x) {
+    float v = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      const float ms = sp[s * (d + 2)];
+      if (ms != -INFINITY) v += sp[s * (d + 2) + 2 + c] * expf(ms - M);
+    }
+    o[c] = v / L;
+  }
+}
+
+size_t smem_bytes(int d, int warps) { return (static_cast<size_t>(kTile) * (2 * d + 4) + warps * d) * sizeof(float); }
+
+}  // namespace
+
+size_t attention_smem_limit() {
+  const size_t need = smem_bytes(kMaxDim, kMaxWarps);
+  cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(need));
+  return need;
+}
+
+int attention_splits(const CacheRef& c, int T) {
+  if (T > 1) return 1;
+  return std::min(kMaxSplits, std::max(1, (c.capacity + 63) / 64));
+}
+
+int store_kv(cudaStream_t s, const CacheRef& c, const float* k, int ks, const float* v, int vs, const StepBuf* step,
+             int T, int* error_flag) {
+  store_kv_kernel<<<dim3(T, c.kv_heads), 128, 0, s>>>(c, k, ks, v, vs, step, error_flag);
+  return 1;
+}
+
+int attention(cudaStream_t s, const CacheRef& c, const float* q, int qs, const StepBuf* step, int T, int heads,
+              float scale, int window, float* out, int os, int splits, float* scratch) {
+  const int group = heads / c.kv_heads;
+  const int rows = T * group, warps = std::min(kMaxWarps, rows);
+  AttnArgs p{c, q, qs, step, T, heads, group, window, splits, warps, scale, out, os, scratch};
+  const dim3 grid(MB_BLOCKS(rows, warps), c.kv_heads, splits);
+  attention_kernel<<<grid, kMaxWarps * 32, smem_bytes(c.head_dim, warps), s>>>(p);
+  if (splits == 1) return 1;
+  attention_combine_kernel<<<T * heads, 128, 0, s>>>(scratch, heads, c.head_dim, splits, out, os);
+  return 2;
+}
+
+}  // namespace markbase::cuda

@@ -1,0 +1,520 @@
+// The CUDA backend: executes a Graph on an NVIDIA GPU.
+//  - Weights are uploaded once, as the file's blocks (no dequantized copy); only the small
+//    vectors (norm weights, per-expert scales) get a float copy, as on the CPU.
+//  - Each graph gets its slot buffers and a device step buffer (position, token ids). The first
+//    run captures the graph's kernels into a CUDA graph; every run then writes the step buffer
+//    and replays it, so a decode token costs one graph launch and one host wait (for the logits,
+//    or with run_sample for the sampled token id only).
+//  - MoE routing stays on the GPU. MARKBASE_CUDA_HOST_ROUTING=1 is a debug switch that instead
+//    reads every MoE layer's top-k back to the host (one wait per layer, launches eager), to
+//    measure what naive host routing costs; MARKBASE_CUDA_GRAPH=0 runs eagerly without capture;
+//    MARKBASE_CUDA_FUSE=0 turns off the two fusions of adjacent ops (see encode());
+//    MARKBASE_CUDA_PROFILE=1 runs eagerly, times every op with events and prints the time per op
+//    kind (per graph size) to stderr when the backend is destroyed.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/kernels.h"
+#include "formats/error.h"
+#include "formats/model_file.h"
+#include "formats/tensor_types.h"
+
+namespace markbase {
+namespace {
+
+void check(cudaError_t e, const char* what, const char* file, int line) {
+  if (e == cudaSuccess) return;
+  cudaGetLastError();  // clear a non-sticky error so that later calls can report their own
+  throw BackendError(std::string("[cuda] ") + what + " failed: " + cudaGetErrorString(e) + " (" + file + ":" +
+                     std::to_string(line) + ")");
+}
+#define CK(x) check((x), #x, __FILE__, __LINE__)
+
+bool env_flag(const char* name, bool dflt) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return dflt;
+  return !(std::strcmp(v, "0") == 0 || std::strcmp(v, "false") == 0 || std::strcmp(v, "off") == 0);
+}
+
+struct CudaFree {
+  void operator()(void* p) const { if (p) cudaFree(p); }
+};
+struct HostFree {
+  void operator()(void* p) const { if (p) cudaFreeHost(p); }
+};
+using DevPtr = std::unique_ptr<void, CudaFree>;
+using HostPtr = std::unique_ptr<void, HostFree>;
+
+DevPtr dev_alloc(size_t bytes) {
+  void* p = nullptr;
+  CK(cudaMalloc(&p, std::max<size_t>(bytes, 16)));
+  CK(cudaMemset(p, 0, std::max<size_t>(bytes, 16)));
+  return DevPtr(p);
+}
+HostPtr host_alloc(size_t bytes) {
+  void* p = nullptr;
+  CK(cudaMallocHost(&p, std::max<size_t>(bytes, 16)));
+  return HostPtr(p);
+}
+template <class T>
+T* ptr(const DevPtr& p) { return static_cast<T*>(p.get()); }
+
+class CudaCaches : public KVCaches {
+ public:
+  CudaCaches(const std::vector<CacheDesc>& d, bool f16) : desc(d), f16(f16) {
+    for (const CacheDesc& c : d) {
+      const size_t n = static_cast<size_t>(c.kv_heads) * c.capacity * c.head_dim * (f16 ? 2 : 4);
+      k.push_back(n ? dev_alloc(n) : DevPtr());
+      v.push_back(n ? dev_alloc(n) : DevPtr());
+    }
+  }
+  cuda::CacheRef ref(int layer) const {
+    if (layer < 0 || layer >= static_cast<int>(desc.size()) || !k[layer])
+      throw std::logic_error("graph refers to KV cache " + std::to_string(layer) + ", which has none");
+    const CacheDesc& c = desc[layer];
+    return {k[layer].get(), v[layer].get(), c.kv_heads, c.head_dim, c.capacity, c.ring, f16};
+  }
+  std::vector<CacheDesc> desc;
+  bool f16;
+  std::vector<DevPtr> k, v;
+};
+
+// What the backend keeps for one Graph.
+struct GraphState {
+  std::vector<DevPtr> slots;
+  DevPtr step;                 // cuda::StepBuf with T tokens
+  HostPtr step_host;
+  std::vector<DevPtr> rope;    // the graph's RoPE tables
+  DevPtr attn_scratch;
+  cuda::MoeScratch moe{};
+  std::vector<DevPtr> moe_bufs;
+  HostPtr logits_host;         // rows x vocab of the logits slot
+  HostPtr route_host;          // host-routing debug mode
+  cudaGraphExec_t exec = nullptr;
+  const CudaCaches* captured_for = nullptr;
+  int kernels = 0;             // kernels launched by one run of the graph
+  ~GraphState() { if (exec) cudaGraphExecDestroy(exec); }
+};
+
+class CudaBackend : public Backend {
+ public:
+  explicit CudaBackend(const BackendOptions& o) : opt_(o) {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+      cudaGetLastError();
+      throw BackendError(std::string("backend 'cuda' is not available: no usable NVIDIA GPU (") +
+                         (e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device found") + ")");
+    }
+    CK(cudaSetDevice(0));
+    CK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    cuda::attention_smem_limit();
+    CK(cudaGetLastError());
+    host_routing_ = env_flag("MARKBASE_CUDA_HOST_ROUTING", false);
+    profile_ = env_flag("MARKBASE_CUDA_PROFILE", false);
+    use_graphs_ = env_flag("MARKBASE_CUDA_GRAPH", true) && !host_routing_ && !profile_;
+    fuse_ = env_flag("MARKBASE_CUDA_FUSE", true);
+    sample_result_ = dev_alloc(sizeof(int));
+    sample_recent_ = dev_alloc(cuda::kMaxRecent * sizeof(int));
+    sample_host_ = host_alloc((cuda::kMaxRecent + 1) * sizeof(int));
+  }
+  ~CudaBackend() override {
+    if (profile_) {
+      std::fprintf(stderr, "[cuda profile] op (graph T): total ms, calls, us per call\n");
+      for (const auto& [k, v] : prof_)
+        std::fprintf(stderr, "[cuda profile] %-28s %10.3f %8d %10.2f\n", k.c_str(), v.first, v.second,
+                     1000.0 * v.first / std::max(1, v.second));
+    }
+    for (auto& e : events_) cudaEventDestroy(e);
+    states_.clear();
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return "cuda"; }
+  std::unique_ptr<KVCaches> make_caches(const std::vector<CacheDesc>& d) override {
+    return std::make_unique<CudaCaches>(d, opt_.kv_f16);
+  }
+  void release(const Graph& g) override { states_.erase(&g); }
+  int ops_last_run() const override { return ops_; }
+  int waits_last_run() const override { return waits_; }
+  bool samples_on_device() const override { return true; }
+
+  const float* run(const Graph& g, const Step& step, KVCaches& kv) override {
+    GraphState& st = launch(g, step, static_cast<CudaCaches&>(kv));
+    const size_t n = static_cast<size_t>(g.rows(g.logits)) * g.vocab;
+    CK(cudaMemcpyAsync(st.logits_host.get(), st.slots[g.logits].get(), n * sizeof(float), cudaMemcpyDeviceToHost,
+                       stream_));
+    wait();
+    return static_cast<const float*>(st.logits_host.get());
+  }
+
+  int run_sample(const Graph& g, const Step& step, KVCaches& kv, const DeviceSampling& s) override {
+    if (s.recent.size() > static_cast<size_t>(cuda::kMaxRecent))
+      throw std::invalid_argument("repeat penalty window too long for the CUDA sampler (at most " +
+                                  std::to_string(cuda::kMaxRecent) + " tokens)");
+    GraphState& st = launch(g, step, static_cast<CudaCaches&>(kv));
+    cuda::SampleArgs a;
+    a.temperature = s.temperature;
+    a.top_k = s.top_k;
+    a.top_p = s.top_p;
+    a.min_p = s.min_p;
+    a.repeat_penalty = s.repeat_penalty;
+    a.u = static_cast<float>(s.u);
+    a.n_recent = static_cast<int>(s.recent.size());
+    int* hs = static_cast<int*>(sample_host_.get());
+    if (a.n_recent) {
+      std::memcpy(hs + 1, s.recent.data(), a.n_recent * sizeof(int));
+      CK(cudaMemcpyAsync(sample_recent_.get(), hs + 1, a.n_recent * sizeof(int), cudaMemcpyHostToDevice, stream_));
+    }
+    const int rows = g.rows(g.logits);
+    const float* last = ptr<float>(st.slots[g.logits]) + static_cast<size_t>(rows - 1) * g.slots[g.logits].cols;
+    if (sample_work_size_ < g.vocab) {
+      sample_work_ = dev_alloc(static_cast<size_t>(g.vocab) * sizeof(float));
+      sample_work_size_ = g.vocab;
+    }
+    ops_ += cuda::sample(stream_, last, g.vocab, a, ptr<int>(sample_recent_), ptr<float>(sample_work_),
+                         ptr<int>(sample_result_));
+    CK(cudaGetLastError());
+    CK(cudaMemcpyAsync(hs, sample_result_.get(), sizeof(int), cudaMemcpyDeviceToHost, stream_));
+    wait();
+    return hs[0];
+  }
+
+ private:
+  void wait() {
+    CK(cudaStreamSynchronize(stream_));
+    ++waits_;
+    if (!profile_) return;
+    for (const auto& [key, i] : timed_) {
+      float ms = 0.0f;
+      cudaEventElapsedTime(&ms, events_[i], events_[i + 1]);
+      auto& acc = prof_[key];
+      acc.first += ms;
+      acc.second += 1;
+    }
+    timed_.clear();
+  }
+  // Profiling: an event pair around one op (eager runs only).
+  size_t event_pair() {
+    const size_t i = 2 * timed_.size();
+    while (events_.size() < i + 2) {
+      cudaEvent_t e;
+      CK(cudaEventCreate(&e));
+      events_.push_back(e);
+    }
+    return i;
+  }
+
+  // Uploads the graph's inputs, then replays its CUDA graph (capturing it first if needed) or
+  // launches its kernels one by one. The caller copies results back and waits.
+  GraphState& launch(const Graph& g, const Step& step, CudaCaches& kv) {
+    if (static_cast<int>(step.tokens.size()) != g.T)
+      throw std::logic_error("step has " + std::to_string(step.tokens.size()) + " tokens, graph " +
+                             std::to_string(g.T));
+    GraphState& st = prepare(g, kv);
+    int* sh = static_cast<int*>(st.step_host.get());
+    sh[0] = step.pos0;
+    for (int t = 0; t < g.T; ++t) {
+      const int id = step.tokens[t];
+      if (id < 0 || id >= g.vocab) throw std::out_of_range("token id " + std::to_string(id) + " out of range");
+      sh[1 + t] = id;
+    }
+    for (const CacheDesc& c : kv.desc)
+      if (!c.ring && c.capacity > 0 && step.pos0 + g.T > c.capacity) throw std::out_of_range("KV cache full");
+    waits_ = 0;
+    ops_ = 0;
+    CK(cudaMemcpyAsync(st.step.get(), sh, (1 + g.T) * sizeof(int), cudaMemcpyHostToDevice, stream_));
+    if (!use_graphs_) {
+      ops_ = encode(g, st, kv);
+      return st;
+    }
+    if (!st.exec || st.captured_for != &kv) {
+      if (st.exec) { cudaGraphExecDestroy(st.exec); st.exec = nullptr; }
+      CK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      int kernels = 0;
+      try {
+        kernels = encode(g, st, kv);
+      } catch (...) {
+        cudaGraph_t broken = nullptr;
+        cudaStreamEndCapture(stream_, &broken);
+        if (broken) cudaGraphDestroy(broken);
+        throw;
+      }
+      cudaGraph_t graph = nullptr;
+      CK(cudaStreamEndCapture(stream_, &graph));
+      const cudaError_t e = cudaGraphInstantiate(&st.exec, graph, 0);
+      cudaGraphDestroy(graph);
+      CK(e);
+      st.captured_for = &kv;
+      st.kernels = kernels;
+    }
+    CK(cudaGraphLaunch(st.exec, stream_));
+    ops_ = st.kernels;
+    return st;
+  }
+
+  // --- weights
+  const uint8_t* upload(const TensorView* t) {
+    auto it = weights_.find(t->data);
+    if (it != weights_.end()) return ptr<uint8_t>(it->second);
+    if (!type_traits(static_cast<uint32_t>(t->type)))
+      throw BackendError("[cuda] tensor '" + t->name + "' has a type the CUDA backend cannot read");
+    DevPtr d = dev_alloc(t->nbytes);
+    CK(cudaMemcpy(d.get(), t->data, t->nbytes, cudaMemcpyHostToDevice));
+    const uint8_t* p = ptr<uint8_t>(d);
+    weights_.emplace(t->data, std::move(d));
+    return p;
+  }
+  // A float copy of a small vector (norm weights, per-expert scales), made once.
+  const float* small_f32(const TensorView* t) {
+    auto it = small_.find(t->data);
+    if (it != small_.end()) return ptr<float>(it->second);
+    std::vector<float> v(static_cast<size_t>(t->numel()));
+    dequantize_tensor(*t, v.data());
+    DevPtr d = dev_alloc(v.size() * sizeof(float));
+    CK(cudaMemcpy(d.get(), v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
+    const float* p = ptr<float>(d);
+    small_.emplace(t->data, std::move(d));
+    return p;
+  }
+  cuda::WeightRef wref(const TensorView* t, size_t expert_rows = 0) {
+    cuda::WeightRef w;
+    w.data = upload(t);
+    w.type = static_cast<int>(t->type);
+    w.K = static_cast<int>(t->cols());
+    w.row_bytes = t->row_stride();
+    w.expert_bytes = expert_rows * w.row_bytes;
+    return w;
+  }
+
+  static void need(bool ok, const Op& op, const std::string& what) {
+    if (!ok) throw std::logic_error("[cuda] op '" + op.label + "': " + what);
+  }
+
+  // Allocates everything a graph needs (so that capture allocates nothing) and checks its ops.
+  GraphState& prepare(const Graph& g, CudaCaches& kv) {
+    auto it = states_.find(&g);
+    if (it != states_.end()) return *it->second;
+    auto st = std::make_unique<GraphState>();
+    for (size_t i = 0; i < g.slots.size(); ++i)
+      st->slots.push_back(dev_alloc(static_cast<size_t>(g.rows(static_cast<int>(i))) * g.slots[i].cols * sizeof(float)));
+    st->step = dev_alloc((1 + g.T) * sizeof(int));
+    st->step_host = host_alloc((1 + g.T) * sizeof(int));
+    st->logits_host = host_alloc(static_cast<size_t>(g.rows(g.logits)) * g.vocab * sizeof(float));
+    for (const auto& table : g.rope_tables) {
+      st->rope.push_back(dev_alloc(table.size() * sizeof(float)));
+      CK(cudaMemcpy(st->rope.back().get(), table.data(), table.size() * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    size_t attn = 0, act = 0, counts = 0, order = 0, tiles = 0, hg = 0, y = 0, route = 0;
+    for (const Op& op : g.ops) {
+      const int rows = op.out >= 0 ? g.rows(op.out) : g.T;
+      if (op.w) upload(op.w);
+      switch (op.kind) {
+        case OpKind::MatMul:
+          need(op.w && op.w->shape.size() == 2 && op.w->rows() >= op.n, op, "weight has fewer rows than outputs");
+          need(op.w->cols() <= g.slots[op.a].cols, op, "weight is wider than its input");
+          break;
+        case OpKind::RmsNorm:
+          need(op.group > 0 && op.n % op.group == 0, op, "bad group");
+          if (op.w) small_f32(op.w);
+          break;
+        case OpKind::Rope:
+          need(op.table >= 0 && op.table < static_cast<int>(g.rope_tables.size()), op, "bad RoPE table");
+          need(static_cast<int>(g.rope_tables[op.table].size()) >= op.group / 2, op, "RoPE table too short");
+          break;
+        case OpKind::StoreKV: kv.ref(op.layer); break;
+        case OpKind::Attention: {
+          const cuda::CacheRef c = kv.ref(op.layer);
+          need(c.head_dim == op.group && op.group <= 512 && op.group % 4 == 0, op,
+               "head dim above 512, not a multiple of 4 or not the cache's");
+          need(op.kv_heads > 0 && op.heads % c.kv_heads == 0, op, "heads not a multiple of KV heads");
+          attn = std::max(attn, static_cast<size_t>(g.T) * op.heads * cuda::attention_splits(c, g.T) * (op.group + 2));
+          break;
+        }
+        case OpKind::MoeRoute:
+          need(op.group > 0 && op.group <= 1024 && op.k > 0 && op.k <= op.group, op, "bad expert counts");
+          if (op.w2) small_f32(op.w2);
+          route = std::max(route, static_cast<size_t>(rows) * g.slots[op.out].cols);
+          break;
+        case OpKind::MoeExperts: {
+          need(op.w && op.w2 && op.w->shape.size() == 3 && op.w2->shape.size() == 3, op, "expert weights not 3-D");
+          upload(op.w2);
+          const size_t E = op.w->shape[0], K = op.heads, Ie = op.k, H = op.n;
+          need(op.w->shape[1] == static_cast<int64_t>(2 * Ie) && op.w->shape[2] == static_cast<int64_t>(H) &&
+                   op.w2->shape[0] == static_cast<int64_t>(E) && op.w2->shape[1] == static_cast<int64_t>(H) &&
+                   op.w2->shape[2] == static_cast<int64_t>(Ie),
+               op, "expert weight shapes do not match");
+          need(E <= 1024, op, "more than 1024 experts");
+          const size_t n = static_cast<size_t>(rows) * K;
+          act = std::max(act, n * Ie);
+          counts = std::max(counts, E);
+          order = std::max(order, n);
+          tiles = std::max(tiles, static_cast<size_t>(3) * cuda::moe_max_tiles(rows, static_cast<int>(K), static_cast<int>(E)));
+          if (rows > kDecodeRows) {
+            hg = std::max(hg, n * 2 * Ie);
+            y = std::max(y, n * H);
+          }
+          break;
+        }
+        default: break;
+      }
+    }
+    if (attn) st->attn_scratch = dev_alloc(attn * sizeof(float));
+    if (act) {
+      auto buf = [&](size_t bytes) { st->moe_bufs.push_back(dev_alloc(bytes)); return st->moe_bufs.back().get(); };
+      st->moe.act = static_cast<float*>(buf(act * sizeof(float)));
+      st->moe.counts = static_cast<int*>(buf(counts * sizeof(int)));
+      st->moe.order = static_cast<int*>(buf(order * sizeof(int)));
+      st->moe.tiles = static_cast<int*>(buf(tiles * sizeof(int)));
+      st->moe.n_tiles = static_cast<int*>(buf(sizeof(int)));
+      if (hg) st->moe.hg = static_cast<float*>(buf(hg * sizeof(float)));
+      if (y) st->moe.y = static_cast<float*>(buf(y * sizeof(float)));
+    }
+    if (route) st->route_host = host_alloc(route * sizeof(float));
+    return *states_.emplace(&g, std::move(st)).first->second;
+  }
+
+  // Enqueues every op of g; returns the number of kernels launched.
+  int encode(const Graph& g, GraphState& st, CudaCaches& kv) {
+    int kernels = 0;
+    const auto* step = ptr<cuda::StepBuf>(st.step);
+    static const char* kind_names[] = {"Embed", "RmsNorm", "MatMul", "GeluMul", "Add", "Scale", "Rope",
+                                       "StoreKV", "Attention", "Softcap", "MoeRoute", "MoeExperts", "LastRow"};
+    for (size_t oi = 0; oi < g.ops.size(); ++oi) {
+      const Op& op = g.ops[oi];
+      const int T = g.T;
+      size_t ev = 0;
+      if (profile_) {
+        ev = event_pair();
+        std::string key = kind_names[static_cast<int>(op.kind)];
+        if (op.kind == OpKind::MatMul) key += op.label == "lm_head" ? " lm_head" : op.w->type == TensorType::F32 ? " f32" : "";
+        key += " (T=" + std::to_string(T) + ")";
+        timed_.push_back({key, ev});
+        CK(cudaEventRecord(events_[ev], stream_));
+      }
+      float* out = op.out >= 0 ? ptr<float>(st.slots[op.out]) : nullptr;
+      const int os = op.out >= 0 ? g.slots[op.out].cols : 0;
+      const float* a = op.a >= 0 ? ptr<float>(st.slots[op.a]) : nullptr;
+      const int as = op.a >= 0 ? g.slots[op.a].cols : 0;
+      const float* b = op.b >= 0 ? ptr<float>(st.slots[op.b]) : nullptr;
+      const int bs = op.b >= 0 ? g.slots[op.b].cols : 0;
+      const int rows = op.out >= 0 ? g.rows(op.out) : T;
+      switch (op.kind) {
+        case OpKind::Embed:
+          kernels += cuda::embed(stream_, wref(op.w), step, T, static_cast<int>(op.w->shape[0]), op.f, op.n, out, os);
+          break;
+        case OpKind::RmsNorm: {
+          const Op* nx = oi + 1 < g.ops.size() ? &g.ops[oi + 1] : nullptr;
+          const float* w = op.w ? small_f32(op.w) : nullptr;
+          if (fuse_ && nx && nx->kind == OpKind::Add && op.group == op.n && nx->b == op.out && nx->a == nx->out &&
+              nx->a != op.out && nx->n == op.n && g.rows(nx->out) == rows) {
+            // post-norm + residual add
+            kernels += cuda::rms_norm_add(stream_, a, as, w, op.n, op.f, rows, out, os, ptr<float>(st.slots[nx->out]),
+                                          g.slots[nx->out].cols);
+            ++oi;
+          } else if (fuse_ && nx && nx->kind == OpKind::Rope && nx->a == op.out && nx->out == op.out &&
+                     nx->group == op.group && nx->heads * nx->group == op.n) {
+            // QK-norm + RoPE
+            kernels += cuda::rms_norm_rope(stream_, a, as, w, op.f, ptr<float>(st.rope[nx->table]), step, T, nx->heads,
+                                           nx->group, out, os);
+            ++oi;
+          } else {
+            kernels += cuda::rms_norm(stream_, a, as, w, op.n, op.group, op.f, rows, out, os);
+          }
+          break;
+        }
+        case OpKind::MatMul:
+          kernels += rows <= kDecodeRows ? cuda::matvec(stream_, wref(op.w), op.n, a, as, rows, out, os)
+                                         : cuda::matmul(stream_, wref(op.w), op.n, a, as, rows, out, os, opt_.precise);
+          break;
+        case OpKind::GeluMul: kernels += cuda::gelu_mul(stream_, a, as, b, bs, op.b_col, op.n, rows, out, os); break;
+        case OpKind::Add: kernels += cuda::add(stream_, a, as, b, bs, op.n, rows, out, os); break;
+        case OpKind::Scale: kernels += cuda::scale(stream_, a, as, op.f, op.n, rows, out, os); break;
+        case OpKind::Softcap: kernels += cuda::softcap(stream_, a, as, op.f, op.n, rows, out, os); break;
+        case OpKind::LastRow: kernels += cuda::copy_row(stream_, a + static_cast<size_t>(T - 1) * as, op.n, out); break;
+        case OpKind::Rope:
+          kernels += cuda::rope(stream_, a, as, ptr<float>(st.rope[op.table]), step, T, op.heads, op.group, out, os);
+          break;
+        case OpKind::StoreKV:
+          kernels += cuda::store_kv(stream_, kv.ref(op.layer), a, as, b, bs, step, T, nullptr);
+          break;
+        case OpKind::Attention: {
+          const cuda::CacheRef c = kv.ref(op.layer);
+          kernels += cuda::attention(stream_, c, a, as, step, T, op.heads, op.f, op.window, out, os,
+                                     cuda::attention_splits(c, T), ptr<float>(st.attn_scratch));
+          break;
+        }
+        case OpKind::MoeRoute:
+          kernels += cuda::moe_route(stream_, a, as, op.w2 ? small_f32(op.w2) : nullptr, op.group, op.k, rows, out, os);
+          if (host_routing_) {  // debug: the naive engine's round trip, one wait per MoE layer
+            CK(cudaGetLastError());
+            CK(cudaMemcpyAsync(st.route_host.get(), out, static_cast<size_t>(rows) * os * sizeof(float),
+                               cudaMemcpyDeviceToHost, stream_));
+            wait();
+            const float* r = static_cast<const float*>(st.route_host.get());
+            host_ids_.clear();
+            for (int t = 0; t < rows; ++t)
+              for (int j = 0; j < op.k; ++j) host_ids_.push_back(static_cast<int>(r[t * os + 2 * j + 1]));
+          }
+          break;
+        case OpKind::MoeExperts: {
+          const int E = static_cast<int>(op.w->shape[0]), Ie = op.k, H = op.n, K = op.heads;
+          const cuda::WeightRef gu = wref(op.w, 2 * static_cast<size_t>(Ie));
+          const cuda::WeightRef dn = wref(op.w2, static_cast<size_t>(H));
+          if (rows <= kDecodeRows) {
+            const bool ids = host_routing_ && static_cast<int>(host_ids_.size()) == rows * K && rows * K <= 64;
+            kernels += cuda::moe_experts_decode(stream_, gu, dn, E, Ie, H, K, a, as, b, bs, rows,
+                                                ids ? host_ids_.data() : nullptr, st.moe.act, out, os);
+          } else {
+            kernels += cuda::moe_experts_prefill(stream_, gu, dn, E, Ie, H, K, a, as, b, bs, rows, st.moe,
+                                                 opt_.precise, out, os);
+          }
+          break;
+        }
+      }
+      const cudaError_t e = cudaGetLastError();
+      if (e != cudaSuccess)
+        throw BackendError("[cuda] op '" + op.label + "' failed to launch: " + cudaGetErrorString(e));
+      if (profile_) CK(cudaEventRecord(events_[ev + 1], stream_));
+    }
+    return kernels;
+  }
+
+  static constexpr int kDecodeRows = 4;  // up to this many rows: matrix-vector kernels
+  BackendOptions opt_;
+  cudaStream_t stream_ = nullptr;
+  bool host_routing_ = false, use_graphs_ = true, profile_ = false, fuse_ = true;
+  std::vector<cudaEvent_t> events_;
+  std::vector<std::pair<std::string, size_t>> timed_;
+  std::map<std::string, std::pair<double, int>> prof_;
+  std::unordered_map<const uint8_t*, DevPtr> weights_, small_;
+  std::map<const Graph*, std::unique_ptr<GraphState>> states_;
+  std::vector<int> host_ids_;
+  DevPtr sample_result_, sample_recent_, sample_work_;
+  HostPtr sample_host_;
+  int sample_work_size_ = 0;
+  int ops_ = 0, waits_ = 0;
+};
+
+}  // namespace
+
+bool cuda_device_present() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) cudaGetLastError();
+  return e == cudaSuccess && n > 0;
+}
+
+std::unique_ptr<Backend> create_cuda_backend(const BackendOptions& o) { return std::make_unique<CudaBackend>(o); }
+
+}  // namespace markbase

@@ -1,0 +1,116 @@
+// Matrix-vector products for decode (one to a few tokens): bound by the bytes of the weights, so
+// each weight is read exactly once per launch and dotted with every token's activations.
+//
+// Layout: one warp per output row; lane l reads weights [8l, 8l + 8) of each 256-weight stretch
+// of the row, so a warp's loads cover 256 consecutive weights (144 contiguous bytes of Q4_0) and
+// the blocks of a row stream through in order. The weight type is a template parameter: the
+// block decoding (metal/dequant.h, shared with the Metal kernels) is then inlined without a
+// run-time switch, which matters here because decode does little arithmetic per byte.
+#include <cstdlib>
+
+#include "backend/cuda/fast_dot.cuh"
+
+namespace markbase::cuda {
+namespace {
+
+constexpr int kWarps = 8;  // rows per block
+
+// NT tokens per block row-group (blockIdx.y picks which NT); tokens past T are skipped.
+template <int TYPE, int NT>
+__global__ void __launch_bounds__(kWarps * 32) matvec_kernel(WeightRef w, int N, const float* __restrict__ a,
+                                                              int a_stride, int T, float* __restrict__ out,
+                                                              int out_stride) {
+  const int lane = threadIdx.x & 31;
+  const int n = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  if (n >= N) return;
+  const int t0 = blockIdx.y * NT;
+  const int K = w.K;
+  const mb_u8* row = w.data + static_cast<size_t>(n) * w.row_bytes;
+  const bool vec = (a_stride & 3) == 0;
+  float acc[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+  for (int i = lane * 8; i < K; i += 256) {
+    const float4 wa = w4<TYPE>(row, i, K), wb = w4<TYPE>(row, i + 4, K);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const int tt = min(t0 + t, T - 1);  // past T: recompute the last token, never stored
+      const float* x = a + static_cast<size_t>(tt) * a_stride;
+      acc[t] += dot4(wa, x4(x, i, K, vec)) + dot4(wb, x4(x, i + 4, K, vec));
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const float s = warp_sum(acc[t]);
+    if (lane == 0 && t0 + t < T) out[static_cast<size_t>(t0 + t) * out_stride + n] = s;
+  }
+}
+
+// The Q4_0 / Q8_0 fast path (fast_dot.cuh) for one token: G lanes share a group of R rows
+// (R rows read against one load of x), 4 warps per block.
+constexpr int kFastWarps = 4;
+
+template <int TYPE, int G, int R>
+__global__ void __launch_bounds__(kFastWarps * 32) matvec_fast_kernel(WeightRef w, int N, const float* __restrict__ a,
+                                                                       float* __restrict__ out) {
+  const int lane = threadIdx.x & 31, sub = lane % G;
+  const int n0 = ((blockIdx.x * kFastWarps + (threadIdx.x >> 5)) * (32 / G) + lane / G) * R;
+  const mb_u8* rows[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) rows[r] = w.data + static_cast<size_t>(min(n0 + r, N - 1)) * w.row_bytes;
+  float acc[R];
+  pair_dot_rows<TYPE, R>(rows, n0 < N ? w.K / 64 : 0, a, sub, G, acc);
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float v = group_sum<G>(acc[r]);  // every lane takes part in the shuffles
+    if (sub == 0 && n0 + r < N) out[n0 + r] = v;
+  }
+}
+
+template <int TYPE, int G, int R>
+int launch_fast(cudaStream_t s, const WeightRef& w, int N, const float* a, float* out) {
+  constexpr int rows_per_block = kFastWarps * (32 / G) * R;
+  matvec_fast_kernel<TYPE, G, R><<<MB_BLOCKS(N, rows_per_block), kFastWarps * 32, 0, s>>>(w, N, a, out);
+  return 1;
+}
+
+template <int TYPE>
+int launch_type(cudaStream_t s, const WeightRef& w, int N, const float* a, int as, int T, float* out, int os) {
+  const dim3 block(kWarps * 32);
+  if constexpr (has_fast_dot(TYPE)) {
+    if (T == 1 && fast_dot_ok(TYPE, w.K) && (as & 3) == 0 && (reinterpret_cast<uintptr_t>(a) & 15) == 0 &&
+        (reinterpret_cast<uintptr_t>(w.data) & 3) == 0) {
+      const int pairs = w.K / 64;
+      if (pairs < 24) return launch_fast<TYPE, 8, 2>(s, w, N, a, out);
+      // Rows per lane group: four rows share each load of x (the H200 tuning run measured 4.95
+      // ms/token on the dense comparison model with 4, 5.08 with 2, 6.45 with 1);
+      // MARKBASE_CUDA_MATVEC_ROWS=1|2|4 overrides, for measurements.
+      static const int forced = [] {
+        const char* v = std::getenv("MARKBASE_CUDA_MATVEC_ROWS");
+        return v ? std::atoi(v) : 0;
+      }();
+      const int rows = forced ? forced : 4;
+      if (rows >= 4) return launch_fast<TYPE, 32, 4>(s, w, N, a, out);
+      if (rows == 2) return launch_fast<TYPE, 32, 2>(s, w, N, a, out);
+      return launch_fast<TYPE, 32, 1>(s, w, N, a, out);
+    }
+  }
+  if (T == 1) {
+    matvec_kernel<TYPE, 1><<<dim3(MB_BLOCKS(N, kWarps), 1), block, 0, s>>>(w, N, a, as, T, out, os);
+  } else {
+    matvec_kernel<TYPE, 4><<<dim3(MB_BLOCKS(N, kWarps), MB_BLOCKS(T, 4)), block, 0, s>>>(w, N, a, as, T, out, os);
+  }
+  return 1;
+}
+
+}  // namespace
+
+int matvec(cudaStream_t s, const WeightRef& w, int N, const float* a, int a_stride, int T, float* out,
+           int out_stride) {
+#define MB_MATVEC(TY) return launch_type<TY>(s, w, N, a, a_stride, T, out, out_stride);
+  MB_TYPE_DISPATCH(w.type, MB_MATVEC)
+#undef MB_MATVEC
+  return 0;  // the backend checks types before launching
+}
+
+}  // namespace markbase::cuda

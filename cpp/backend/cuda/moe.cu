@@ -1,0 +1,249 @@
+// Mixture of experts on the GPU: routing (softmax, top-k, renormalise, per-expert scale) and the
+// expert feed-forward, with no host read of the routing result.
+//  - decode (few tokens): each (token, slot) warp reads its expert id from the route slot in
+//    device memory and walks that expert's rows; gate and up rows are computed together and
+//    GeGLU'd in registers; the down kernel sums the k experts' outputs, weighted, per output row.
+//  - prefill: one small kernel counts tokens per expert, sorts the (token, slot) entries by
+//    expert and writes a list of tiles of at most kMatmulBM entries of one expert; the grouped
+//    matmuls (matmul.cu) run over that list with a fixed grid whose surplus blocks exit, so each
+//    expert's weights are read once per tile of its tokens.
+#include <algorithm>
+
+#include "backend/cuda/fast_dot.cuh"
+
+namespace markbase::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kMaxHostIds = 64;
+
+// One warp per token row; p[] (the expert probabilities) in shared memory.
+__global__ void route_kernel(const float* logits, int ls, const float* scale, int E, int k, float* out, int os) {
+  extern __shared__ float p[];
+  const int t = blockIdx.x, lane = threadIdx.x;
+  const float* l = logits + static_cast<size_t>(t) * ls;
+  float mx = -INFINITY;
+  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, l[e]);
+  mx = warp_max(mx);
+  float sum = 0.0f;
+  for (int e = lane; e < E; e += 32) {
+    p[e] = expf(l[e] - mx);
+    sum += p[e];
+  }
+  sum = warp_sum(sum);
+  __syncwarp();
+  for (int e = lane; e < E; e += 32) p[e] /= sum;
+  __syncwarp();
+  // k rounds of arg-max; ties go to the lower expert id, as the CPU's partial sort does.
+  float ws = 0.0f;
+  float* o = out + static_cast<size_t>(t) * os;
+  for (int j = 0; j < k; ++j) {
+    float best = -1.0f;
+    int bi = E;
+    for (int e = lane; e < E; e += 32)
+      if (p[e] > best || (p[e] == best && e < bi)) { best = p[e]; bi = e; }
+    for (int off = 16; off > 0; off >>= 1) {
+      const float ob = __shfl_xor_sync(0xffffffffu, best, off);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+      if (ob > best || (ob == best && oi < bi)) { best = ob; bi = oi; }
+    }
+    if (lane == 0) {
+      o[2 * j] = best;
+      o[2 * j + 1] = static_cast<float>(bi);
+      ws += best;
+      p[bi] = -2.0f;  // taken
+    }
+    __syncwarp();
+  }
+  if (lane == 0)
+    for (int j = 0; j < k; ++j) {
+      const int e = static_cast<int>(o[2 * j + 1]);
+      o[2 * j] = o[2 * j] / ws * (scale ? scale[e] : 1.0f);
+    }
+}
+
+struct HostIds {
+  int n;
+  int ids[kMaxHostIds];
+};
+
+__device__ __forceinline__ int expert_of(const float* route, int rs, int t, int j, int E, const HostIds& hid, int k) {
+  const int e = hid.n ? hid.ids[t * k + j] : static_cast<int>(route[static_cast<size_t>(t) * rs + 2 * j + 1]);
+  return min(max(e, 0), E - 1);
+}
+
+// grid: (Ie / kWarps, k, rows). act[(t k + j) Ie + r] = gelu(gate_e[r] . x_t) * (up_e[r] . x_t)
+template <int TYPE>
+__global__ void __launch_bounds__(kWarps * 32) gate_up_kernel(WeightRef w, int E, int Ie, int k, const float* x,
+                                                               int xs, const float* route, int rs, HostIds hid,
+                                                               float* act, bool fast) {
+  const int r = blockIdx.x * kWarps + (threadIdx.x >> 5), j = blockIdx.y, t = blockIdx.z;
+  if (r >= Ie) return;
+  const int e = expert_of(route, rs, t, j, E, hid, k);
+  const mb_u8* base = w.data + static_cast<size_t>(e) * w.expert_bytes;
+  const float* xt = x + static_cast<size_t>(t) * xs;
+  const bool vec = (xs & 3) == 0;
+  const mb_u8* gr = base + static_cast<size_t>(r) * w.row_bytes;
+  const mb_u8* ur = base + static_cast<size_t>(Ie + r) * w.row_bytes;
+  float g = 0.0f, u = 0.0f;
+  bool done = false;
+  if constexpr (has_fast_dot(TYPE)) {
+    if (fast) {
+      const mb_u8* const rows[2] = {gr, ur};  // gate and up rows share each load of x
+      float acc[2];
+      pair_dot_rows<TYPE, 2>(rows, w.K / 64, xt, threadIdx.x & 31, 32, acc);
+      g = warp_sum(acc[0]);
+      u = warp_sum(acc[1]);
+      done = true;
+    }
+  }
+  if (!done) {
+    g = warp_sum(lane_dot<TYPE>(gr, w.K, xt, vec));
+    u = warp_sum(lane_dot<TYPE>(ur, w.K, xt, vec));
+  }
+  if ((threadIdx.x & 31) == 0) act[(static_cast<size_t>(t) * k + j) * Ie + r] = mb_gelu_tanh(g) * u;
+}
+
+// grid: (H / kWarps, rows). out[t, h] = sum_j weight_j * (down_e_j[h] . act[t, j])
+template <int TYPE>
+__global__ void __launch_bounds__(kWarps * 32) down_kernel(WeightRef w, int E, int Ie, int H, int k,
+                                                            const float* route, int rs, HostIds hid,
+                                                            const float* act, float* out, int os, bool fast) {
+  const int h = blockIdx.x * kWarps + (threadIdx.x >> 5), t = blockIdx.y;
+  if (h >= H) return;
+  const bool vec = (Ie & 3) == 0;
+  float acc = 0.0f;
+  if constexpr (has_fast_dot(TYPE)) if (fast) {
+    // 4 groups of 8 lanes, group s taking experts s, s + 4, ...: a 704-wide row is only 11 block
+    // pairs, too few to keep a whole warp busy on one expert at a time.
+    const int lane = threadIdx.x & 31, grp = lane / 8, sub = lane % 8;
+    for (int j = grp; j < k; j += 4) {
+      const int e = expert_of(route, rs, t, j, E, hid, k);
+      const mb_u8* row = w.data + static_cast<size_t>(e) * w.expert_bytes + static_cast<size_t>(h) * w.row_bytes;
+      acc += route[static_cast<size_t>(t) * rs + 2 * j] *
+             pair_dot<TYPE>(row, Ie / 64, act + (static_cast<size_t>(t) * k + j) * Ie, sub, 8);
+    }
+    acc = warp_sum(acc);
+    if ((threadIdx.x & 31) == 0) out[static_cast<size_t>(t) * os + h] = acc;
+    return;
+  }
+  for (int j = 0; j < k; ++j) {
+    const int e = expert_of(route, rs, t, j, E, hid, k);
+    const mb_u8* row = w.data + static_cast<size_t>(e) * w.expert_bytes + static_cast<size_t>(h) * w.row_bytes;
+    const float wgt = route[static_cast<size_t>(t) * rs + 2 * j];
+    acc += wgt * warp_sum(lane_dot<TYPE>(row, Ie, act + (static_cast<size_t>(t) * k + j) * Ie, vec));
+  }
+  if ((threadIdx.x & 31) == 0) out[static_cast<size_t>(t) * os + h] = acc;
+}
+
+// One block: entries (t, j) sorted by expert, and the tile list of the grouped matmuls.
+__global__ void group_kernel(const float* route, int rs, int rows, int k, int E, int* counts, int* order,
+                             int* tiles, int* n_tiles) {
+  extern __shared__ int sh[];
+  int* cnt = sh;           // E
+  int* off = sh + E;       // E
+  int* fill = sh + 2 * E;  // E
+  int* toff = sh + 3 * E;  // E
+  const int n = rows * k;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) { cnt[e] = 0; fill[e] = 0; }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int e = min(max(static_cast<int>(route[static_cast<size_t>(i / k) * rs + 2 * (i % k) + 1]), 0), E - 1);
+    atomicAdd(&cnt[e], 1);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int o = 0, to = 0;
+    for (int e = 0; e < E; ++e) {
+      off[e] = o;
+      toff[e] = to;
+      o += cnt[e];
+      to += (cnt[e] + kMatmulBM - 1) / kMatmulBM;
+    }
+    *n_tiles = to;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int e = min(max(static_cast<int>(route[static_cast<size_t>(i / k) * rs + 2 * (i % k) + 1]), 0), E - 1);
+    order[off[e] + atomicAdd(&fill[e], 1)] = i;  // order within an expert does not change any row's result
+  }
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    counts[e] = cnt[e];
+    for (int tt = 0; tt * kMatmulBM < cnt[e]; ++tt) {
+      int* d = tiles + 3 * (toff[e] + tt);
+      d[0] = e;
+      d[1] = off[e] + tt * kMatmulBM;
+      d[2] = min(kMatmulBM, cnt[e] - tt * kMatmulBM);
+    }
+  }
+}
+
+// out[t, h] = sum_j weight_j * y[t k + j, h]
+__global__ void combine_kernel(const float* route, int rs, const float* y, int H, int k, float* out, int os) {
+  const int t = blockIdx.y, h = blockIdx.x * blockDim.x + threadIdx.x;
+  if (h >= H) return;
+  float acc = 0.0f;
+  for (int j = 0; j < k; ++j)
+    acc += route[static_cast<size_t>(t) * rs + 2 * j] * y[(static_cast<size_t>(t) * k + j) * H + h];
+  out[static_cast<size_t>(t) * os + h] = acc;
+}
+
+}  // namespace
+
+int moe_route(cudaStream_t s, const float* logits, int ls, const float* scale, int E, int k, int rows, float* out,
+              int os) {
+  route_kernel<<<rows, 32, E * sizeof(float), s>>>(logits, ls, scale, E, k, out, os);
+  return 1;
+}
+
+int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn, int E, int Ie, int H, int k,
+                       const float* x, int xs, const float* route, int rs, int rows, const int* host_ids,
+                       float* act, float* out, int os) {
+  HostIds hid{};
+  if (host_ids) {
+    hid.n = std::min(rows * k, kMaxHostIds);
+    std::copy(host_ids, host_ids + hid.n, hid.ids);
+  }
+  const dim3 block(kWarps * 32);
+  // fast_dot.cuh needs 16-byte aligned activation rows and 4-byte aligned weight rows
+  const bool fast_gu = fast_dot_ok(gu.type, gu.K) && (xs & 3) == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0 &&
+                       (reinterpret_cast<uintptr_t>(gu.data) & 3) == 0;
+  const bool fast_dn = fast_dot_ok(dn.type, Ie) && (Ie & 3) == 0 && (reinterpret_cast<uintptr_t>(dn.data) & 3) == 0;
+#define MB_GATE_UP(T)                                                                                      \
+  gate_up_kernel<T><<<dim3(MB_BLOCKS(Ie, kWarps), k, rows), block, 0, s>>>(gu, E, Ie, k, x, xs, route, rs, hid, \
+                                                                          act, fast_gu);                   \
+  break;
+  MB_TYPE_DISPATCH(gu.type, MB_GATE_UP)
+#undef MB_GATE_UP
+#define MB_DOWN(T)                                                                                          \
+  down_kernel<T><<<dim3(MB_BLOCKS(H, kWarps), rows), block, 0, s>>>(dn, E, Ie, H, k, route, rs, hid, act, out, \
+                                                                   os, fast_dn);                            \
+  break;
+  MB_TYPE_DISPATCH(dn.type, MB_DOWN)
+#undef MB_DOWN
+  return 2;
+}
+
+int moe_max_tiles(int rows, int k, int E) { return (rows * k + kMatmulBM - 1) / kMatmulBM + E; }
+
+int moe_experts_prefill(cudaStream_t s, const WeightRef& gu, const WeightRef& dn, int E, int Ie, int H, int k,
+                        const float* x, int xs, const float* route, int rs, int rows, const MoeScratch& m,
+                        bool precise, float* out, int os) {
+  group_kernel<<<1, 1024, 4 * E * sizeof(int), s>>>(route, rs, rows, k, E, m.counts, m.order, m.tiles, m.n_tiles);
+  Grouped g;
+  g.order = m.order;
+  g.tiles = m.tiles;
+  g.n_tiles = m.n_tiles;
+  g.max_tiles = moe_max_tiles(rows, k, E);
+  g.a_div = k;
+  const int n = rows * k;
+  int launched = 1;
+  launched += matmul(s, gu, 2 * Ie, x, xs, n, m.hg, 2 * Ie, precise, &g);
+  launched += gelu_mul(s, m.hg, 2 * Ie, m.hg, 2 * Ie, Ie, Ie, n, m.act, Ie);
+  g.a_div = 1;
+  launched += matmul(s, dn, H, m.act, Ie, n, m.y, H, precise, &g);
+  combine_kernel<<<dim3(MB_BLOCKS(H, 256), rows), 256, 0, s>>>(route, rs, m.y, H, k, out, os);
+  return launched + 1;
+}
+
+}  // namespace markbase::cuda

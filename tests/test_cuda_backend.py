@@ -1,0 +1,209 @@
+"""The CUDA backend (cpp/backend/cuda) against the CPU backend.
+
+Both run in precise mode (float32 activations) with the same kv_cache, so only kernel arithmetic
+differs: logits must agree within 1e-3 relative error (L2 over all rows) and greedy tokens must be
+identical. Covered: tiny Gemma 3, Gemma 4 dense (PLE, KV sharing, double-wide MLP, proportional
+RoPE) and Gemma 4 MoE models (tests/tiny_gemma.py) through the prefill kernels (chunks of 16
+tokens, ring caches wrapping) and through the decode kernels and graph replay (chunks of 1);
+every tensor type on synthetic GGUFs; a Gemma 3 270M-shaped and a Gemma 4 26B-A4B-shaped model
+(fewer layers); on-device sampling; the MoE host-routing debug switch.
+
+Where there is no usable NVIDIA GPU (or the build has no CUDA backend), backend="cuda" must raise
+markbase.BackendError, and every GPU test skips with the reason.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import markbase
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MAX_REL = 1e-3
+
+
+def rel_err(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+@pytest.fixture(scope="module")
+def cuda_error(tiny_models):
+    """None when backend='cuda' loads here, else the BackendError's message."""
+    try:
+        markbase.Model.load(tiny_models["gemma3"].path, backend="cuda")
+    except markbase.BackendError as e:
+        return str(e)
+    return None
+
+
+@pytest.fixture(scope="module")
+def need_cuda(cuda_error):
+    if cuda_error is not None:
+        pytest.skip(f"no usable CUDA backend here: {cuda_error}")
+
+
+def test_cuda_unavailable_raises_backend_error(cuda_error):
+    if cuda_error is None:
+        pytest.skip("a CUDA GPU is present: backend='cuda' loads")
+    assert "cuda" in cuda_error.lower(), cuda_error
+
+
+def _pair(path, kv, chunk=16, precise=True, **kw):
+    cpu = markbase.Model.load(path, backend="cpu", precise=True, kv_cache=kv, prefill_chunk=chunk, **kw)
+    gpu = markbase.Model.load(path, backend="cuda", precise=precise, kv_cache=kv, prefill_chunk=chunk, **kw)
+    return cpu, gpu
+
+
+def _greedy(m, ids, n):
+    return list(m.generate_tokens(ids, max_tokens=n, temperature=0.0))
+
+
+@pytest.mark.parametrize("kv", ["f16", "f32"])
+@pytest.mark.parametrize("chunk", [16, 1], ids=["prefill", "decode"])
+@pytest.mark.parametrize("kind", ["gemma3", "gemma4", "gemma4_moe"])
+def test_tiny_models_match_cpu(need_cuda, tiny_models, kind, chunk, kv):
+    tm = tiny_models[kind]
+    ids = tm.prompt(24, 8)  # longer than the sliding windows (4-6): ring caches wrap
+    cpu, gpu = _pair(tm.path, kv, chunk)
+    want, got = np.asarray(cpu.logits(ids)), np.asarray(gpu.logits(ids))
+    assert np.isfinite(got).all()
+    err = rel_err(got, want)
+    assert err < MAX_REL, f"{kind} chunk={chunk} kv={kv}: relative error {err:.2e}"
+    assert _greedy(gpu, ids, 8) == _greedy(cpu, ids, 8)
+    st = gpu.stats()
+    assert st["host_waits_per_token"] == 1, st
+    assert st["kernels_per_token"] > 0, st
+
+
+@pytest.mark.parametrize("kind", ["gemma3", "gemma4_moe"])
+def test_tiny_models_fast_mode(need_cuda, tiny_models, kind):
+    """Default (not precise) mode: prefill tiles go through f16 tensor cores; looser bound."""
+    tm = tiny_models[kind]
+    ids = tm.prompt(24, 8)
+    cpu, gpu = _pair(tm.path, "f16", 16, precise=False)
+    err = rel_err(np.asarray(gpu.logits(ids)), np.asarray(cpu.logits(ids)))
+    assert err < 2e-2, f"{kind}: relative error {err:.2e}"
+    assert _greedy(gpu, ids, 8) == _greedy(cpu, ids, 8)
+
+
+def test_device_sampling(need_cuda, tiny_models):
+    """On-device sampling: greedy is the arg-max of the logits (the host sampler's choice);
+    seeded draws repeat; the cuts keep the draw among the allowed tokens."""
+    tm = tiny_models["gemma4"]
+    ids = tm.prompt(24, 8)
+    m = markbase.Model.load(tm.path, backend="cuda", precise=True, kv_cache="f32")
+    toks = _greedy(m, ids, 6)
+    seq = list(ids)
+    for t in toks:
+        assert int(np.argmax(np.asarray(m.logits(seq))[-1])) == t
+        seq.append(t)
+    kw = dict(max_tokens=12, temperature=0.9, top_k=5, top_p=0.9, min_p=0.05, repeat_penalty=1.2, seed=7)
+    a = list(m.generate_tokens(ids, **kw))
+    b = list(m.generate_tokens(ids, **kw))
+    assert a == b
+    seq = list(ids)
+    for t in list(m.generate_tokens(ids, max_tokens=8, temperature=1.0, top_k=3, seed=3)):
+        top3 = np.argsort(-np.asarray(m.logits(seq))[-1])[:3]
+        assert t in top3
+        seq.append(t)
+    assert m.stats()["host_waits_per_token"] == 1
+
+
+def _run_with_env(code: str, env: dict) -> str:
+    e = dict(os.environ, **env)
+    r = subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_host_routing_switch(need_cuda, tiny_models):
+    """MARKBASE_CUDA_HOST_ROUTING=1 reads the router's top-k back in every MoE layer: same
+    tokens, one extra host wait per MoE layer."""
+    tm = tiny_models["gemma4_moe"]
+    ids = tm.prompt(24, 8)
+    code = (f"import markbase, json\nm = markbase.Model.load({tm.path!r}, backend='cuda', precise=True)\n"
+            f"t = list(m.generate_tokens({list(ids)!r}, max_tokens=6, temperature=0.0))\n"
+            "print(json.dumps([t, m.stats()['host_waits_per_token'], m.config['n_layers']]))")
+    import json
+    dev = json.loads(_run_with_env(code, {"MARKBASE_CUDA_HOST_ROUTING": "0"}).strip().splitlines()[-1])
+    host = json.loads(_run_with_env(code, {"MARKBASE_CUDA_HOST_ROUTING": "1"}).strip().splitlines()[-1])
+    assert dev[0] == host[0]
+    assert dev[1] == 1
+    assert host[1] == 1 + dev[2], (host, dev)
+
+
+# ---- synthetic GGUFs: every tensor type, and the published shapes (fewer layers)
+
+def _synthetic(tmp_path, name, **kw):
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import make_synthetic_gguf as msg
+    path = tmp_path / f"{name}.gguf"
+    summary = msg.write_synthetic_gguf(str(path), **kw)
+    rng = np.random.default_rng(1)
+    return path, summary, rng
+
+
+def _ids(summary, n, rng):
+    return [summary["bos_id"]] + [int(x) for x in rng.integers(summary["first_normal_token"], summary["vocab"], n - 1)]
+
+
+def _check_gguf(path, summary, rng, n_tok, chunk, kv="f16", n_greedy=4):
+    ids = _ids(summary, n_tok, rng)
+    cpu, gpu = _pair(str(path), kv, chunk, threads=None)
+    want, got = np.asarray(cpu.logits(ids)), np.asarray(gpu.logits(ids))
+    err = rel_err(got, want)
+    assert err < MAX_REL, f"{path.name}: relative error {err:.2e}"
+    assert _greedy(gpu, ids, n_greedy) == _greedy(cpu, ids, n_greedy)
+    return err
+
+
+TYPES = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k", "f16", "bf16", "f32"]
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+def test_every_type_e2b(need_cuda, tmp_path, qtype):
+    """E2B widths (PLE, KV sharing), 2 layers, every weight type; 20 tokens in chunks of 8 (the
+    tiled matmul on 8 and 4 rows), then 6 tokens one at a time (the matrix-vector kernels, with
+    the Q4_0 / Q8_0 fast path) and greedy decode."""
+    path, summary, rng = _synthetic(tmp_path, f"e2b-{qtype}", preset="e2b", layers=2, vocab=1024, qtype=qtype)
+    try:
+        _check_gguf(path, summary, rng, 20, 8)
+        _check_gguf(path, summary, rng, 6, 1, n_greedy=2)  # logits through the decode kernels
+    finally:
+        path.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("qtype", ["q4_0", "q4_k"])
+def test_gemma4_26b_a4b_shape(need_cuda, tmp_path, qtype):
+    """26B-A4B widths (128 experts, top 8, head dim 512 on full layers, K-quant fallbacks to
+    Q5_0 on the 704- and 2112-wide rows), 2 layers; the prompt goes through the grouped MoE
+    matmuls, the generated tokens through the decode expert kernels."""
+    path, summary, rng = _synthetic(tmp_path, f"26b-{qtype}", preset="26b-a4b", layers=2, vocab=4096, qtype=qtype)
+    try:
+        _check_gguf(path, summary, rng, 96, 64, kv="f16")
+        _check_gguf(path, summary, rng, 12, 1, kv="f32")
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def test_gemma3_270m_shape(need_cuda, tmp_path):
+    """Gemma 3 270M widths (hidden 640, 4 heads of 256, 1 KV head, MLP 2048, window 512),
+    6 of its 18 layers, a 32768-token vocabulary (the real one has 262144), Q8_0 on load."""
+    import tiny_gemma
+    model = tiny_gemma.build_model("gemma3", hidden_size=640, intermediate_size=2048, num_hidden_layers=6,
+                                   num_attention_heads=4, num_key_value_heads=1, head_dim=256,
+                                   query_pre_attn_scalar=256, sliding_window=512, vocab_size=32768,
+                                   max_position_embeddings=32768,
+                                   layer_types=["sliding_attention"] * 5 + ["full_attention"])
+    path = tiny_gemma.save_model(model, str(tmp_path / "g3-270m"))
+    rng = np.random.default_rng(2)
+    ids = [2] + [int(x) for x in rng.integers(10, 32768, 599)]  # 600 > the 512 window
+    cpu, gpu = _pair(path, "f16", 256, quant="q8_0")
+    err = rel_err(np.asarray(gpu.logits(ids)), np.asarray(cpu.logits(ids)))
+    assert err < MAX_REL, f"relative error {err:.2e}"
+    assert _greedy(gpu, ids[:64], 6) == _greedy(cpu, ids[:64], 6)

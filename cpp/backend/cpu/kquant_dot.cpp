@@ -199,8 +199,29 @@ float dot_q8k_portable(const UnpackedK* w, const BlockQ8K* a, int64_t nb) {
 }
 
 #ifdef MARKBASE_X86
-__attribute__((target("avx2,fma"))) float dot_q8k_avx2(const UnpackedK* w, const BlockQ8K* a, int64_t nb) {
-  float acc = 0.0f;
+#define KAVX2 __attribute__((target("avx2,fma")))
+
+KAVX2 inline float hsum8k(__m256 v) {
+  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+// One super-block's contribution, kept as 8 float lanes (summed once at the end of the row, not
+// per super-block): d * da * (scale . (q . y)) - dmin * da * (min . bsums).
+KAVX2 inline __m256 kblock_acc(const UnpackedK& w, const BlockQ8K& a, __m256i sum, __m256 acc) {
+  acc = _mm256_fmadd_ps(_mm256_set1_ps(w.d * a.d), _mm256_cvtepi32_ps(sum), acc);
+  if (w.dmin != 0.0f) {
+    const __m256i mp = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.min)),
+                                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsums)));
+    acc = _mm256_fnmadd_ps(_mm256_set1_ps(w.dmin * a.d), _mm256_cvtepi32_ps(mp), acc);
+  }
+  return acc;
+}
+
+KAVX2 float dot_q8k_avx2(const UnpackedK* w, const BlockQ8K* a, int64_t nb) {
+  __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     __m256i sum = _mm256_setzero_si256();
     for (int g = 0; g < 16; g += 2) {
@@ -210,22 +231,14 @@ __attribute__((target("avx2,fma"))) float dot_q8k_avx2(const UnpackedK* w, const
       const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(w[i].scale[g + 1]), _mm_set1_epi16(w[i].scale[g]));
       sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p16, sc));
     }
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-    s = _mm_hadd_epi32(s, s);
-    s = _mm_hadd_epi32(s, s);
-    const int32_t sumi = _mm_cvtsi128_si32(s);
-    int32_t summ = 0;
-    if (w[i].dmin != 0.0f)
-      for (int g = 0; g < 16; ++g) summ += static_cast<int32_t>(w[i].min[g]) * a[i].bsums[g];
-    acc += w[i].d * a[i].d * static_cast<float>(sumi) - w[i].dmin * a[i].d * static_cast<float>(summ);
+    acc = kblock_acc(w[i], a[i], sum, acc);
   }
-  return acc;
+  return hsum8k(acc);
 }
 
 // Four activation rows against one unpacked weight row; each result equals dot_q8k_avx2's.
-__attribute__((target("avx2,fma"))) void dot_q8k_x4_avx2(const UnpackedK* w, const BlockQ8K* a,
-                                                         int64_t stride, int64_t nb, float* out) {
-  float acc[4] = {0, 0, 0, 0};
+KAVX2 void dot_q8k_x4_avx2(const UnpackedK* w, const BlockQ8K* a, int64_t stride, int64_t nb, float* out) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int64_t i = 0; i < nb; ++i) {
     __m256i sum[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
                       _mm256_setzero_si256()};
@@ -239,19 +252,9 @@ __attribute__((target("avx2,fma"))) void dot_q8k_x4_avx2(const UnpackedK* w, con
         sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(p16, sc));
       }
     }
-    for (int t = 0; t < 4; ++t) {
-      const BlockQ8K& at = a[t * stride + i];
-      __m128i s = _mm_add_epi32(_mm256_castsi256_si128(sum[t]), _mm256_extracti128_si256(sum[t], 1));
-      s = _mm_hadd_epi32(s, s);
-      s = _mm_hadd_epi32(s, s);
-      const int32_t sumi = _mm_cvtsi128_si32(s);
-      int32_t summ = 0;
-      if (w[i].dmin != 0.0f)
-        for (int g = 0; g < 16; ++g) summ += static_cast<int32_t>(w[i].min[g]) * at.bsums[g];
-      acc[t] += w[i].d * at.d * static_cast<float>(sumi) - w[i].dmin * at.d * static_cast<float>(summ);
-    }
+    for (int t = 0; t < 4; ++t) acc[t] = kblock_acc(w[i], a[t * stride + i], sum[t], acc[t]);
   }
-  for (int t = 0; t < 4; ++t) out[t] = acc[t];
+  for (int t = 0; t < 4; ++t) out[t] = hsum8k(acc[t]);
 }
 #endif
 

@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/quant_dot.h"
 #include "backend/cpu/thread_pool.h"
 #include "formats/error.h"
 #include "formats/half.h"
@@ -146,12 +147,10 @@ class CpuBackend : public Backend {
         });
         break;
       case OpKind::Softcap:
-        pool_.parallel_for(static_cast<int64_t>(rows) * op.n, 4096, [&](int64_t i0, int64_t i1) {
-          for (int64_t i = i0; i < i1; ++i) {
-            const int64_t t = i / op.n, j = i % op.n;
-            out[t * os + j] = op.f * std::tanh(a[t * as + j] / op.f);
-          }
-        });
+        for (int t = 0; t < rows; ++t)
+          pool_.parallel_for(op.n, 8192, [&](int64_t j0, int64_t j1) {
+            cpu::softcap(a + t * as + j0, out + t * os + j0, j1 - j0, op.f);
+          });
         break;
       case OpKind::LastRow:
         std::memcpy(out, a + static_cast<size_t>(T - 1) * as, op.n * sizeof(float));
@@ -290,6 +289,58 @@ class CpuBackend : public Backend {
     }
   }
 
+  // One decoded token: the k experts' gate/up rows in ONE parallel pass and their down rows in
+  // another (per-expert matmuls were 2k passes, each with its own start and join), 8-bit
+  // activations quantized once per pass. Same kernels, row groups and summation order (by
+  // expert id) as the general path below, so the results are identical.
+  bool moe_decode_q8(const Op& op, const float* x, const float* route, float* out) {
+    const TensorView& gu = *op.w;
+    const TensorView& dn = *op.w2;
+    const int Ie = op.k, H = op.n, K = op.heads, E = static_cast<int>(gu.shape[0]);
+    if (opt_.precise || !cpu::has_q8_dot(gu.type) || !cpu::has_q8_dot(dn.type) || H % 32 ||
+        Ie % 32 || (2 * Ie) % 4 || H % 4)
+      return false;
+    std::vector<std::pair<int, float>> sel(K);
+    for (int j = 0; j < K; ++j) {
+      const int e = static_cast<int>(route[2 * j + 1]);
+      if (e < 0 || e >= E) throw std::logic_error("expert id out of range");
+      sel[j] = {e, route[2 * j]};
+    }
+    std::sort(sel.begin(), sel.end());
+    const int64_t nbx = H / 32, nba = Ie / 32;
+    moe_q8_.resize(static_cast<size_t>(std::max<int64_t>(nbx, K * nba)));
+    cpu::quantize_act_q8(x, moe_q8_.data(), H);
+    moe_hg_.resize(static_cast<size_t>(K) * 2 * Ie);
+    const size_t gurb = gu.row_stride(), dnrb = dn.row_stride();
+    const int gq = 2 * Ie / 4;  // row quads per expert
+    pool_.parallel_for(static_cast<int64_t>(K) * gq, 4, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int j = static_cast<int>(i / gq), r = static_cast<int>(i % gq) * 4;
+        const uint8_t* w = gu.data + (static_cast<size_t>(sel[j].first) * 2 * Ie + r) * gurb;
+        cpu::dot_q8_rows4(gu.type, w, gurb, moe_q8_.data(), nbx, &moe_hg_[static_cast<size_t>(j) * 2 * Ie + r]);
+      }
+    });
+    moe_act_.resize(static_cast<size_t>(K) * Ie);
+    for (int j = 0; j < K; ++j) {
+      cpu::gelu_mul(&moe_hg_[static_cast<size_t>(j) * 2 * Ie], &moe_hg_[static_cast<size_t>(j) * 2 * Ie + Ie],
+                    &moe_act_[static_cast<size_t>(j) * Ie], Ie);
+      cpu::quantize_act_q8(&moe_act_[static_cast<size_t>(j) * Ie], &moe_q8_[j * nba], Ie);
+    }
+    moe_y_.resize(static_cast<size_t>(K) * H);
+    const int dq = H / 4;
+    pool_.parallel_for(static_cast<int64_t>(K) * dq, 4, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int j = static_cast<int>(i / dq), r = static_cast<int>(i % dq) * 4;
+        const uint8_t* w = dn.data + (static_cast<size_t>(sel[j].first) * H + r) * dnrb;
+        cpu::dot_q8_rows4(dn.type, w, dnrb, &moe_q8_[j * nba], nba, &moe_y_[static_cast<size_t>(j) * H + r]);
+      }
+    });
+    std::fill(out, out + H, 0.0f);
+    for (int j = 0; j < K; ++j)
+      for (int r = 0; r < H; ++r) out[r] += sel[j].second * moe_y_[static_cast<size_t>(j) * H + r];
+    return true;
+  }
+
   // Tokens are grouped by expert, so each expert's weights are read once per step.
   void moe_experts(const Graph& g, const Op& op, const float* a, int as, Bufs& bufs, float* out,
                    int os, int rows) {
@@ -298,6 +349,7 @@ class CpuBackend : public Backend {
     const int E = static_cast<int>(gu.shape[0]), Ie = op.k, H = op.n, K = op.heads;
     const float* route = bufs[op.b].data();
     const int rs = g.slots[op.b].cols;
+    if (rows == 1 && moe_decode_q8(op, a, route, out)) return;
     std::vector<std::vector<std::pair<int, float>>> by_expert(E);
     for (int t = 0; t < rows; ++t)
       for (int j = 0; j < K; ++j) {
@@ -336,6 +388,8 @@ class CpuBackend : public Backend {
   std::map<const Graph*, Bufs> buffers_;
   std::map<const uint8_t*, std::vector<float>> small_;
   cpu::MatmulScratch scratch_;
+  std::vector<cpu::BlockQ8> moe_q8_;
+  std::vector<float> moe_hg_, moe_act_, moe_y_;
   int ops_ = 0;
 };
 

@@ -48,6 +48,10 @@ void gelu_mul_portable(const float* a, const float* b, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = gelu_tanh(a[i]) * b[i];
 }
 
+void softcap_portable(const float* a, float* out, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) out[i] = cap * std::tanh(a[i] / cap);
+}
+
 #ifdef MARKBASE_X86
 // exp(x) for 8 floats (Cephes' polynomial after a reduction by ln 2; about 1 ulp), clamped to
 // the float range so that very negative or positive inputs give 0 or a large finite value.
@@ -81,6 +85,20 @@ __attribute__((target("avx2,fma"))) void gelu_mul_avx2(const float* a, const flo
     _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_loadu_ps(b + i)));
   }
   for (; i < n; ++i) out[i] = gelu_tanh(a[i]) * b[i];
+}
+
+// cap * tanh(x / cap) = cap * (1 - 2 / (exp(2x / cap) + 1)): the final logit softcap over the
+// whole vocabulary, where libm's tanh cost 5% of a decode step.
+__attribute__((target("avx2,fma"))) void softcap_avx2(const float* a, float* out, int64_t n, float cap) {
+  const __m256 k = _mm256_set1_ps(2.0f / cap), c = _mm256_set1_ps(cap), one = _mm256_set1_ps(1.0f),
+               two = _mm256_set1_ps(2.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp_avx2(_mm256_mul_ps(k, _mm256_loadu_ps(a + i)));
+    const __m256 t = _mm256_sub_ps(one, _mm256_div_ps(two, _mm256_add_ps(e, one)));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(c, t));
+  }
+  for (; i < n; ++i) out[i] = cap * std::tanh(a[i] / cap);
 }
 
 __attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
@@ -154,6 +172,7 @@ struct Dispatch {
   void (*axpy_f16)(float, const uint16_t*, float*, int64_t) = axpy_f16_portable;
   void (*axpy_f32)(float, const float*, float*, int64_t) = axpy_f32_portable;
   void (*gelu_mul)(const float*, const float*, float*, int64_t) = gelu_mul_portable;
+  void (*softcap)(const float*, float*, int64_t, float) = softcap_portable;
   const char* name = "portable";
   Dispatch() {
     const char* force = std::getenv("MARKBASE_SIMD");
@@ -166,6 +185,7 @@ struct Dispatch {
       axpy_f16 = axpy_f16_avx2;
       axpy_f32 = axpy_f32_avx2;
       gelu_mul = gelu_mul_avx2;
+      softcap = softcap_avx2;
       name = "avx2";
     }
 #endif
@@ -184,6 +204,7 @@ float dot_f16(const float* a, const uint16_t* b, int64_t n) { return dispatch().
 void axpy_f16(float s, const uint16_t* x, float* y, int64_t n) { dispatch().axpy_f16(s, x, y, n); }
 void axpy_f32(float s, const float* x, float* y, int64_t n) { dispatch().axpy_f32(s, x, y, n); }
 void gelu_mul(const float* a, const float* b, float* out, int64_t n) { dispatch().gelu_mul(a, b, out, n); }
+void softcap(const float* a, float* out, int64_t n, float cap) { dispatch().softcap(a, out, n, cap); }
 const char* simd_path() { return dispatch().name; }
 
 float gelu_tanh(float x) {

@@ -20,5 +20,7 @@ const char* simd_path();
 float gelu_tanh(float x);
 // out[i] = gelu_tanh(a[i]) * b[i] (out may alias a)
 void gelu_mul(const float* a, const float* b, float* out, int64_t n);
+// out[i] = cap * tanh(a[i] / cap) (out may alias a)
+void softcap(const float* a, float* out, int64_t n, float cap);
 
 }  // namespace markbase::cpu

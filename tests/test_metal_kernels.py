@@ -329,3 +329,32 @@ def test_norm_fused_into_products(order, T, read_later):
         return {"slots": slots, "result": 5, "ops": ops}
 
     compare(core, "metal", build, [(tokens(T), 0)])
+
+
+@pytest.mark.parametrize("T", [1, 5])
+@pytest.mark.parametrize("case", ["apart", "input_changed", "read_between"])
+def test_norm_fused_into_products_apart(order, T, case):
+    """Products of one norm that are not adjacent (Gemma's q, then q's norm and RoPE, then k and
+    v): fused when nothing else reads the normed slot; not when the norm's input changes before
+    the last product, or when another op reads the normed slot in between."""
+    H, N = 256, 32
+
+    def build(r):
+        rng = np.random.default_rng(14)
+        x = embed_table(r, rng, 16, H, scale=2.0)
+        nw = r.weight("f32", (H,), rng.uniform(0.5, 1.5, H).astype(np.float32).tobytes())
+        ws = [r.weight("q8_0", (N, H), random_tensor(rng, "q8_0", N, H)) for _ in range(2)]
+        # slots: 0 x, 1 h, 2 p0, 3 p1
+        between = {"apart": {"kind": "scale", "out": 2, "a": 2, "n": N, "f": 0.5},
+                   "input_changed": {"kind": "scale", "out": 0, "a": 0, "n": H, "f": 2.0},
+                   "read_between": {"kind": "add", "out": 2, "a": 2, "b": 1, "n": N}}[case]
+        ops = [embed_op(x, 0, H),
+               {"kind": "rms_norm", "out": 1, "a": 0, "n": H, "group": H, "w": nw, "f": 1e-6},
+               {"kind": "matmul", "out": 2, "a": 1, "w": ws[0], "n": N},
+               between,
+               {"kind": "matmul", "out": 3, "a": 1, "w": ws[1], "n": N},
+               {"kind": "add", "out": 3, "a": 3, "b": 2, "n": N}]
+        slots = [(H, False, 1), (H, False, 1), (N, False, 1), (N, False, 1)]
+        return {"slots": slots, "result": 3, "ops": ops}
+
+    compare(core, "metal", build, [(tokens(T), 0)])

@@ -212,41 +212,50 @@ std::vector<PlanItem> MetalBackend::plan(const Graph& g) const {
 }
 
 // The norm before the products that read it (q/k/v after attn_norm, gate/up after ffn_norm, the
-// router after its norm): for short steps every matvec normalises its input row itself, and the
-// norm's own dispatch goes. Only when nothing else ever reads the normalised slot: the next op
-// touching it after the products must overwrite it without reading it.
+// router after its norm, the head after the final norm): for short steps every matvec
+// normalises its input row itself, and the norm's own dispatch goes. The products need not be
+// adjacent (Gemma's q product comes before k and v, with q's norm and RoPE between), but every
+// other read of the normalised slot must be gone: scanning on, nothing but such products may read
+// it, nothing may change the norm's input before the last of them, and the slot must be
+// overwritten (or never touched again) afterwards.
 void MetalBackend::fuse_norms_into_products(const Graph& g, std::vector<PlanItem>& plan) const {
   const std::vector<Op>& ops = g.ops;
+  auto reads = [&](const PlanItem& c, int slot) {
+    for (int i = c.first; i < c.first + c.count; ++i)
+      if (ops[i].a == slot || ops[i].b == slot) return true;
+    return false;
+  };
+  auto writes = [&](const PlanItem& c, int slot) {
+    for (int i = c.first; i < c.first + c.count; ++i)
+      if (ops[i].out == slot) return true;
+    return false;
+  };
   for (size_t p = 0; p < plan.size(); ++p) {
     if (plan[p].kind != Fuse::Single) continue;
     const Op& nm = ops[plan[p].first];
     if (nm.kind != OpKind::RmsNorm || !nm.w || nm.group != nm.n || nm.out == nm.a ||
         g.rows(nm.out) > kMaxMatvecTokens)
       continue;
-    const int h = nm.out;
-    size_t q = p + 1;
-    for (; q < plan.size(); ++q) {
+    const int h = nm.out, x = nm.a;
+    std::vector<size_t> consumers;
+    bool ok = h != g.logits, x_changed = false;
+    for (size_t q = p + 1; q < plan.size() && ok; ++q) {
       const PlanItem& c = plan[q];
       const Op& o = ops[c.first];
       const bool product = (c.kind == Fuse::Single || c.kind == Fuse::Geglu || c.kind == Fuse::MatSoftcap) &&
                            o.kind == OpKind::MatMul && o.a == h && o.w->cols() == nm.n;
-      if (!product) break;
+      if (product) {
+        if (x_changed || writes(c, h) || writes(c, x)) ok = false;
+        else consumers.push_back(q);
+        continue;
+      }
+      if (reads(c, h)) ok = false;
+      else if (writes(c, h)) break;  // the normalised values are dead from here on
+      else if (writes(c, x)) x_changed = true;
     }
-    if (q == p + 1) continue;
-    // Liveness of h after the products.
-    bool dead = h != g.logits;
-    const int after = q < plan.size() ? plan[q].first : static_cast<int>(ops.size());
-    for (int i = after; i < static_cast<int>(ops.size()); ++i) {
-      if (ops[i].a == h || ops[i].b == h) { dead = false; break; }
-      if (ops[i].out == h) break;
-    }
-    // Products inside the run must not write the slots the norm reads.
-    for (size_t c = p + 1; c < q && dead; ++c)
-      for (int i = plan[c].first; i < plan[c].first + plan[c].count; ++i)
-        if (ops[i].out == nm.a || ops[i].out == h) dead = false;
-    if (!dead) continue;
+    if (!ok || consumers.empty()) continue;
     plan[p].kind = Fuse::Skip;
-    for (size_t c = p + 1; c < q; ++c) plan[c].norm = plan[p].first;
+    for (size_t c : consumers) plan[c].norm = plan[p].first;
   }
 }
 

@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Write a llama.cpp-compatible Gemma 4 GGUF of a published shape with random weights.
 
-    python bench/make_synthetic_gguf.py OUT.gguf [--preset e2b|e4b|26b-a4b|31b] [--layers N]
+(Also the Gemma 3 270M shape, `--preset gemma3-270m`: llama.cpp's "gemma3" architecture and keys,
+a "llama" SentencePiece-style vocabulary, no rope_freqs or layer scalars; for checks of the GPU
+backends against the CPU where the real 270M file cannot be sent.)
+
+    python bench/make_synthetic_gguf.py OUT.gguf [--preset e2b|e4b|26b-a4b|31b|gemma3-270m] [--layers N]
         [--vocab N] [--type q4_0|q4_1|q5_0|q5_1|q8_0|q4_k|q5_k|q6_k|f16|bf16|f32]
         [--embd-type TYPE] [--tensor-type REGEX=TYPE ...] [--dense-equivalent] [--shared-kv N]
         [--seed S] [--std 0.02] [--logit-std 2] [--copy-boost B] [--dry-run] [--json]
@@ -176,7 +180,14 @@ PRESETS = {
     "31b": dict(n_layers=60, hidden=5376, n_heads=32, kv_swa=16, kv_full=4, hd_swa=256,
                 hd_full=512, k_eq_v=True, ffn=21504, double_wide=False, n_experts=0, top_k=0,
                 expert_ffn=0, window=1024, period=6, shared=0, ple=0, ctx=262144),
+    # Gemma 3 270M (shared/research/gemma3-270m-gguf.md): llama.cpp's "gemma3" architecture, every
+    # 6th layer full, one head dim, no softcap, a SentencePiece-style ("llama") vocabulary
+    "gemma3-270m": dict(n_layers=18, hidden=640, n_heads=4, kv_swa=1, kv_full=None, hd_swa=256,
+                        hd_full=256, k_eq_v=False, ffn=2048, double_wide=False, n_experts=0,
+                        top_k=0, expert_ffn=0, window=512, period=6, shared=0, ple=0, ctx=32768,
+                        arch="gemma3"),
 }
+THETA_GEMMA3 = 1_000_000.0  # global layers; llama.cpp fixes the sliding layers' base at 10000
 VOCAB = 262144
 NARROW = 256  # --narrow: the width of the residual stream and every MLP
 ROPE_PARTIAL_FULL = 0.25
@@ -223,6 +234,7 @@ class Shape:
     ctx: int
     vocab: int
     dense_equivalent: bool = False
+    arch: str = "gemma4"
     swa: list = field(default_factory=list)
     ffn_per_layer: list = field(default_factory=list)
 
@@ -252,7 +264,10 @@ def make_shape(preset: str, layers: int | None = None, vocab: int | None = None,
             shared_kv = max(0, n - 2)
     p.update(n_layers=n, shared=int(shared_kv), vocab=VOCAB if vocab is None else int(vocab))
     s = Shape(preset=preset, **p)
-    s.swa = layer_types(n, s.period, s.shared)
+    if s.arch == "gemma3":  # llama.cpp's gemma3: layer i is full when (i + 1) % 6 == 0, nothing else
+        s.swa = [(i + 1) % s.period != 0 for i in range(n)]
+    else:
+        s.swa = layer_types(n, s.period, s.shared)
     s.ffn_per_layer = [s.ffn * 2 if (s.double_wide and i >= s.first_shared) else s.ffn
                        for i in range(n)]
     s.dense_equivalent = bool(dense_equivalent)
@@ -630,15 +645,18 @@ def build_specs(s: Shape, wtype: str, embd_type: str, std: float, logit_std: flo
         width, dense_eq = _dense_equivalent_width(s, wtype)
         s.ffn_per_layer = [width] * s.n_layers
 
-    n_rot = int(s.hd_full * ROPE_PARTIAL_FULL / 2)
-    vec("rope_freqs.weight", s.hd_full // 2, "const",
-        values=[1.0] * n_rot + [1e30] * (s.hd_full // 2 - n_rot))
+    g3 = s.arch == "gemma3"
+    if not g3:  # Gemma 4's proportional partial RoPE on the full layers
+        n_rot = int(s.hd_full * ROPE_PARTIAL_FULL / 2)
+        vec("rope_freqs.weight", s.hd_full // 2, "const",
+            values=[1.0] * n_rot + [1e30] * (s.hd_full // 2 - n_rot))
     # with embedding rows of std `std` and a unit-RMS final hidden state h*w_out, the logits
     # h . e have std sqrt(H) * std * w_out: size w_out for the requested logit spread
     out_norm_scale = logit_std / (math.sqrt(H) * std)
     if copy_boost is None:
         copy_boost = math.sqrt(2.0 * math.log(s.vocab)) + 2.5
-    scalars = [float(_rng(seed, f"blk.{i}.layer_output_scale.weight").uniform(0.8, 1.0, 1)[0])
+    scalars = [1.0 if g3 else
+               float(_rng(seed, f"blk.{i}.layer_output_scale.weight").uniform(0.8, 1.0, 1)[0])
                for i in range(s.n_layers)]
     post = _post_norm_scale(s, std, copy_boost, scalars)
     mat("token_embd.weight", (s.vocab, H), embd_type)
@@ -648,7 +666,9 @@ def build_specs(s: Shape, wtype: str, embd_type: str, std: float, logit_std: flo
         p = f"blk.{i}."
         hd, nkv = s.head_dim(i), s.kv_heads(i)
         has_kv = i < s.first_shared
-        qk = math.sqrt(1.5 / math.sqrt(hd))
+        # Gemma 4 attends with scale 1, so its q/k norms carry the 1/sqrt(hd); Gemma 3 scales by
+        # 1/sqrt(hd) itself (query_pre_attn_scalar = head_dim on the 270M)
+        qk = math.sqrt(1.5) if g3 else math.sqrt(1.5 / math.sqrt(hd))
         vec(p + "attn_norm.weight", H)
         mat(p + "attn_q.weight", (s.n_heads * hd, H))
         if has_kv:
@@ -681,7 +701,8 @@ def build_specs(s: Shape, wtype: str, embd_type: str, std: float, logit_std: flo
             mat(p + "inp_gate.weight", (s.ple, H))
             mat(p + "proj.weight", (H, s.ple))
             vec(p + "post_norm.weight", H, scale=post)
-        vec(p + "layer_output_scale.weight", 1, "const", values=[scalars[i]])
+        if not g3:
+            vec(p + "layer_output_scale.weight", 1, "const", values=[scalars[i]])
     vec("output_norm.weight", H, "norm", scale=out_norm_scale)
     if s.ple:
         mat("per_layer_model_proj.weight", (s.n_layers * s.ple, H), ptype)
@@ -690,7 +711,47 @@ def build_specs(s: Shape, wtype: str, embd_type: str, std: float, logit_std: flo
                    "post_norm_scale": post, "copy_boost": copy_boost}
 
 
+def build_metadata_gemma3(s: Shape, wtype: str, name: str, tok) -> list[bytes]:
+    """llama.cpp's gemma3 keys (those of the real 270M file) and a "llama" (SentencePiece-style)
+    vocabulary: the same tokens, scored so that longer pieces win, no merges."""
+    tokens, types, _, _ = tok
+    a = "gemma3."
+    return [
+        _kv("general.architecture", GT_STR, "gemma3"),
+        _kv("general.type", GT_STR, "model"),
+        _kv("general.name", GT_STR, name),
+        _kv(a + "context_length", GT_U32, s.ctx),
+        _kv(a + "embedding_length", GT_U32, s.hidden),
+        _kv(a + "block_count", GT_U32, s.n_layers),
+        _kv(a + "feed_forward_length", GT_U32, s.ffn_per_layer[0]),
+        _kv(a + "attention.head_count", GT_U32, s.n_heads),
+        _kv(a + "attention.layer_norm_rms_epsilon", GT_F32, RMS_EPS),
+        _kv(a + "attention.key_length", GT_U32, s.hd_full),
+        _kv(a + "attention.value_length", GT_U32, s.hd_full),
+        _kv(a + "rope.freq_base", GT_F32, THETA_GEMMA3),
+        _kv(a + "attention.sliding_window", GT_U32, s.window),
+        _kv(a + "attention.head_count_kv", GT_U32, s.kv_swa),
+        _kv("general.file_type", GT_U32, FILE_TYPE[wtype]),
+        _kv("general.quantization_version", GT_U32, 2),
+        _kv("tokenizer.ggml.model", GT_STR, "llama"),
+        _kv("tokenizer.ggml.pre", GT_STR, "default"),
+        _kv("tokenizer.ggml.tokens", GT_ARR, (GT_STR, tokens)),
+        _kv("tokenizer.ggml.scores", GT_ARR, (GT_F32, [float(len(t)) if ty == 1 else 0.0
+                                                       for t, ty in zip(tokens, types)])),
+        _kv("tokenizer.ggml.token_type", GT_ARR, (GT_I32, types)),
+        _kv("tokenizer.ggml.bos_token_id", GT_U32, BOS_ID),
+        _kv("tokenizer.ggml.eos_token_id", GT_U32, EOS_ID),
+        _kv("tokenizer.ggml.unknown_token_id", GT_U32, UNK_ID),
+        _kv("tokenizer.ggml.padding_token_id", GT_U32, PAD_ID),
+        _kv("tokenizer.ggml.add_bos_token", GT_BOOL, True),
+        _kv("tokenizer.ggml.add_eos_token", GT_BOOL, False),
+        _kv("tokenizer.ggml.add_space_prefix", GT_BOOL, False),
+    ]
+
+
 def build_metadata(s: Shape, wtype: str, name: str, tok) -> list[bytes]:
+    if s.arch == "gemma3":
+        return build_metadata_gemma3(s, wtype, name, tok)
     tokens, types, merges, _ = tok
     a = "gemma4."
     kv = [
@@ -781,7 +842,7 @@ def write_synthetic_gguf(path: str, preset: str = "26b-a4b", layers: int | None 
         ovr.append((pat, tt.lower()))
     specs, info = build_specs(s, qtype, embd_type, std, logit_std, copy_boost, ovr, seed)
     tok = build_vocab(s.vocab)
-    label = f"synthetic gemma4 {preset}" + (f" {s.n_layers}L" if layers else "") + \
+    label = f"synthetic {s.arch} {preset}" + (f" {s.n_layers}L" if layers else "") + \
         (" dense-equivalent" if dense_equivalent else "") + f" {qtype.upper()}"
     total = sum(t.nbytes for t in specs)
     by_type: dict[str, int] = {}

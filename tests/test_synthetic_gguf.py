@@ -54,6 +54,9 @@ CASES = {
     "26b-2L-q4_k": ("26b-a4b", 2, "q4_k", {}, 256),
     # 26B-A4B dense-equivalent (experts replaced by one 7744-wide MLP)
     "26b-dense-eq-2L-q4_0": ("26b-a4b", 2, "q4_0", {"dense_equivalent": True}, 256),
+    # Gemma 3 270M shape (llama.cpp's gemma3, "llama" vocabulary): 5 sliding layers and a full one,
+    # Q4_K with the Q5_0 fallback on the 640-wide rows (as in the real Q4_K_M file); 576 tokens
+    "gemma3-270m-6L-q4_k": ("gemma3-270m", 6, "q4_k", {}, 576),
 }
 
 
@@ -84,15 +87,20 @@ def _check_file(path, summary):
         assert t.type == info["type"], (name, t.type, info["type"])
     md = f.metadata
     L = summary["n_layers"]
-    assert md["general.architecture"] == "gemma4"
-    assert md["tokenizer.ggml.model"] == "gemma4"
     assert len(md["tokenizer.ggml.tokens"]) == summary["vocab"]
-    assert md["gemma4.block_count"] == L
-    assert list(md["gemma4.attention.sliding_window_pattern"]) == summary["sliding"]
-    assert md["gemma4.attention.shared_kv_layers"] == summary["shared_kv_layers"]
-    # values: rope_freqs as the converter writes it, a quantized matrix of the requested spread
-    rf = np.asarray(f.read("rope_freqs.weight"))
-    assert rf.shape == (256,) and np.all(rf[:64] == 1.0) and np.all(rf[64:] == np.float32(1e30))
+    if summary["preset"].startswith("gemma3"):
+        assert md["general.architecture"] == "gemma3" and md["tokenizer.ggml.model"] == "llama"
+        assert md["gemma3.block_count"] == L and "rope_freqs.weight" not in f.tensors
+    else:
+        assert md["general.architecture"] == "gemma4"
+        assert md["tokenizer.ggml.model"] == "gemma4"
+        assert md["gemma4.block_count"] == L
+        assert list(md["gemma4.attention.sliding_window_pattern"]) == summary["sliding"]
+        assert md["gemma4.attention.shared_kv_layers"] == summary["shared_kv_layers"]
+        # rope_freqs as the converter writes it
+        rf = np.asarray(f.read("rope_freqs.weight"))
+        assert rf.shape == (256,) and np.all(rf[:64] == 1.0) and np.all(rf[64:] == np.float32(1e30))
+    # a quantized matrix of the requested spread
     w = np.asarray(f.read("blk.0.attn_q.weight"))
     assert np.isfinite(w).all() and 0.015 < w.std() < 0.025 and abs(w.mean()) < 1e-3, w.std()
     n = np.asarray(f.read("blk.0.attn_norm.weight"))
@@ -169,6 +177,10 @@ def test_layer_pattern_and_kv_sharing(preset, layers):
     s = msg.write_synthetic_gguf("unused.gguf", preset=preset, layers=layers, vocab=1024,
                                  dry_run=True)
     L = s["n_layers"]
+    if preset.startswith("gemma3"):  # llama.cpp's gemma3: full exactly when (i + 1) % 6 == 0
+        assert s["sliding"] == [(i + 1) % 6 != 0 for i in range(L)]
+        assert s["shared_kv_layers"] == 0
+        return
     assert not s["sliding"][-1], "the last layer is full"
     if s["shared_kv_layers"]:
         first = L - s["shared_kv_layers"]

@@ -207,3 +207,17 @@ def test_gemma3_270m_shape(need_cuda, tmp_path):
     err = rel_err(np.asarray(gpu.logits(ids)), np.asarray(cpu.logits(ids)))
     assert err < MAX_REL, f"relative error {err:.2e}"
     assert _greedy(gpu, ids[:64], 6) == _greedy(cpu, ids[:64], 6)
+
+
+def test_gemma3_270m_synthetic_gguf(need_cuda, tmp_path):
+    """The whole Gemma 3 270M shape as a GGUF (bench/make_synthetic_gguf.py --preset gemma3-270m:
+    18 layers, the 262144-token vocabulary, Q4_K with llama.cpp's Q5_0 fallback on the 640-wide
+    rows and a Q8_0 embedding, as in the real Q4_K_M file), which the H200 machine can generate
+    where the real file cannot be sent: 600 prompt tokens (> the 512 window), then decode."""
+    path, summary, rng = _synthetic(tmp_path, "g3-270m", preset="gemma3-270m", qtype="q4_k",
+                                    embd_type="q8_0")
+    try:
+        _check_gguf(path, summary, rng, 600, 256, kv="f16")
+        _check_gguf(path, summary, rng, 8, 1, kv="f32")
+    finally:
+        path.unlink(missing_ok=True)

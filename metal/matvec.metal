@@ -31,10 +31,7 @@ inline void row_dots(device const uchar* wrow, device const float* a, int a_stri
                      thread float* acc) {
   for (int t = 0; t < MV_MAX_T; ++t) acc[t] = 0.0f;
   for (int i = int(lane) * 4; i < k; i += 128) {
-    float4 w4;
-    if (TYPE == MB_Q4_0) w4 = dequant4_q4_0(wrow, i);
-    else if (TYPE == MB_Q8_0) w4 = dequant4_q8_0(wrow, i);
-    else w4 = dequant4(TYPE, wrow, i);
+    const float4 w4 = dequant4(TYPE, wrow, i);  // TYPE is a constant: the switch folds away
     const float4 g = has_norm ? float4(nw[i], nw[i + 1], nw[i + 2], nw[i + 3]) : float4(1.0f);
     for (int t = 0; t < T; ++t) {
       device const float* x = a + long(t) * a_stride + i;

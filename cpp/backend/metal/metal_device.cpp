@@ -62,7 +62,6 @@ NS::SharedPtr<MTL::Buffer> Device::new_buffer(size_t bytes) {
 NS::SharedPtr<MTL::Buffer> Device::copy_buffer(const void* data, size_t bytes) {
   NS::SharedPtr<MTL::Buffer> b = new_buffer(bytes);
   std::memcpy(b->contents(), data, bytes);
-  copied_ += bytes;
   return b;
 }
 
@@ -79,7 +78,6 @@ NS::SharedPtr<MTL::Buffer> Device::wrap(const uint8_t* data, size_t bytes, const
                                           MTL::ResourceStorageModeShared, nullptr);
       if (b) {
         *offset = p - lo;
-        wrapped_ += bytes;
         return NS::TransferPtr(b);
       }
     }

@@ -29,15 +29,12 @@ class Device {
   // starts inside the buffer. Falls back to a copy (offset 0).
   NS::SharedPtr<MTL::Buffer> wrap(const uint8_t* data, size_t bytes, const uint8_t* mapping,
                                   size_t mapping_bytes, size_t* offset);
-  size_t wrapped_bytes() const { return wrapped_; }
-  size_t copied_bytes() const { return copied_; }
 
  private:
   NS::SharedPtr<MTL::Device> device_;
   NS::SharedPtr<MTL::CommandQueue> queue_;
   NS::SharedPtr<MTL::Library> library_;
   std::map<std::string, NS::SharedPtr<MTL::ComputePipelineState>> pipelines_;
-  size_t wrapped_ = 0, copied_ = 0;
 };
 
 // The kernels' source (metal/*.metal with their headers inlined), embedded at build time.

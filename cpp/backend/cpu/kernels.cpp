@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/cpu/simd_neon.h"
 #include "formats/half.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -188,6 +189,14 @@ struct Dispatch {
       softcap = softcap_avx2;
       name = "avx2";
     }
+#elif defined(__aarch64__)
+    dot_f32 = neon::dot_f32;
+    dot_f16 = neon::dot_f16;
+    axpy_f16 = neon::axpy_f16;
+    axpy_f32 = neon::axpy_f32;
+    gelu_mul = neon::gelu_mul;
+    softcap = neon::softcap;
+    name = neon::name();
 #endif
   }
 };

@@ -1,5 +1,6 @@
 // Inner loops of the CPU backend. Each has a portable version and, on x86-64, an AVX2+FMA
-// version chosen at run time (the portable one is the reference the tests compare against).
+// version chosen at run time, or on AArch64 a NEON version (simd_neon.cpp); the portable one is
+// the reference the tests compare against.
 #pragma once
 #include <cstdint>
 
@@ -13,7 +14,7 @@ float dot_f16(const float* a, const uint16_t* b, int64_t n);
 void axpy_f16(float s, const uint16_t* x, float* y, int64_t n);
 void axpy_f32(float s, const float* x, float* y, int64_t n);
 
-// Which implementation the dispatcher picked: "avx2" or "portable". MARKBASE_SIMD=portable
+// Which implementation the dispatcher picked: "avx2", "neon", "neon+dotprod" or "portable". MARKBASE_SIMD=portable
 // in the environment forces the portable path.
 const char* simd_path();
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/simd_neon.h"
 #include "formats/half.h"
 #include "formats/quants.h"
 
@@ -265,13 +266,16 @@ void dot_q8k_x4(const UnpackedK* w, const BlockQ8K* a, int64_t stride, int64_t n
   static const bool avx2 = std::strcmp(simd_path(), "avx2") == 0;
   if (avx2) return dot_q8k_x4_avx2(w, a, stride, nb, out);
 #endif
-  for (int t = 0; t < 4; ++t) out[t] = dot_q8k_portable(w, a + t * stride, nb);
+  for (int t = 0; t < 4; ++t) out[t] = dot_q8k(w, a + t * stride, nb);
 }
 
 float dot_q8k(const UnpackedK* w, const BlockQ8K* a, int64_t nb) {
 #ifdef MARKBASE_X86
   static const bool avx2 = std::strcmp(simd_path(), "avx2") == 0;
   if (avx2) return dot_q8k_avx2(w, a, nb);
+#elif defined(__aarch64__)
+  static const bool simd = std::strcmp(simd_path(), "portable") != 0;
+  if (simd) return neon::dot_q8k(w, a, nb);
 #endif
   return dot_q8k_portable(w, a, nb);
 }

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/simd_neon.h"
 #include "formats/half.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -296,6 +297,11 @@ struct Table {
     if (std::strcmp(simd_path(), "avx2") == 0) {
       q8_0 = dot_q8_0_avx2; q4_0 = dot_q4_0_avx2; q4_1 = dot_q4_1_avx2;
       q5_0 = dot_q5_0_avx2; q5_1 = dot_q5_1_avx2;
+    }
+#elif defined(__aarch64__)
+    if (std::strcmp(simd_path(), "portable") != 0) {
+      q8_0 = neon::dot_q8_0; q4_0 = neon::dot_q4_0; q4_1 = neon::dot_q4_1;
+      q5_0 = neon::dot_q5_0; q5_1 = neon::dot_q5_1;
     }
 #endif
   }

@@ -6,6 +6,8 @@
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #define MB_PAUSE() _mm_pause()
+#elif defined(__aarch64__)
+#define MB_PAUSE() __asm__ __volatile__("yield")  // Arm's spin-wait hint
 #else
 #define MB_PAUSE() std::this_thread::yield()
 #endif

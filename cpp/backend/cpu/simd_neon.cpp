@@ -1,0 +1,234 @@
+#include "backend/cpu/simd_neon.h"
+
+#if defined(__aarch64__)
+#include <arm_neon.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/kernels.h"
+#include "formats/half.h"
+#include "formats/tensor_types.h"
+
+namespace markbase::cpu::neon {
+namespace {
+
+// acc + the dot products of four groups of 4 int8 pairs (one int32 lane per group).
+inline int32x4_t idot(int32x4_t acc, int8x16_t a, int8x16_t b) {
+#if defined(__ARM_FEATURE_DOTPROD)
+  return vdotq_s32(acc, a, b);
+#else
+  // |a * b| <= 128 * 127 fits int16; pairwise widening keeps the int32 lanes exact.
+  acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(a), vget_low_s8(b)));
+  return vpadalq_s16(acc, vmull_high_s8(a, b));
+#endif
+}
+
+// Integer dot of one 32-value weight block (two halves of 16) with an activation block.
+inline int32_t block_dot(int8x16_t w0, int8x16_t w1, const BlockQ8& a) {
+  return vaddvq_s32(idot(idot(vdupq_n_s32(0), w0, vld1q_s8(a.qs)), w1, vld1q_s8(a.qs + 16)));
+}
+
+// Q4 nibbles: low nibbles are values 0..15 of the block, high nibbles 16..31.
+inline void nibbles(const uint8_t* qs, int8x16_t& lo, int8x16_t& hi) {
+  const uint8x16_t v = vld1q_u8(qs);
+  lo = vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(15)));
+  hi = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
+}
+
+// Q5's fifth bits: bit j of qh belongs to value j; returns 16 where set, else 0.
+inline int8x16_t high_bits(uint32_t h) {
+  static const uint8_t kBit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+  const uint8x16_t bytes = vcombine_u8(vdup_n_u8(static_cast<uint8_t>(h)), vdup_n_u8(static_cast<uint8_t>(h >> 8)));
+  return vreinterpretq_s8_u8(vandq_u8(vtstq_u8(bytes, vld1q_u8(kBit)), vdupq_n_u8(16)));
+}
+
+inline void q5_values(const uint8_t* qs, const uint8_t* qh, int8x16_t& lo, int8x16_t& hi) {
+  uint32_t h;
+  std::memcpy(&h, qh, 4);
+  nibbles(qs, lo, hi);
+  lo = vorrq_s8(lo, high_bits(h));
+  hi = vorrq_s8(hi, high_bits(h >> 16));
+}
+
+// exp(x) for 4 floats: the same reduction by ln 2 and Cephes polynomial as the AVX2 version.
+inline float32x4_t exp4(float32x4_t x) {
+  x = vminq_f32(vmaxq_f32(x, vdupq_n_f32(-87.3f)), vdupq_n_f32(88.3f));
+  const float32x4_t n = vrndnq_f32(vmulq_n_f32(x, 1.44269504088896341f));
+  float32x4_t r = vfmsq_f32(x, n, vdupq_n_f32(0.693359375f));
+  r = vfmsq_f32(r, n, vdupq_n_f32(-2.12194440e-4f));
+  float32x4_t p = vdupq_n_f32(1.9875691500e-4f);
+  p = vfmaq_f32(vdupq_n_f32(1.3981999507e-3f), p, r);
+  p = vfmaq_f32(vdupq_n_f32(8.3334519073e-3f), p, r);
+  p = vfmaq_f32(vdupq_n_f32(4.1665795894e-2f), p, r);
+  p = vfmaq_f32(vdupq_n_f32(1.6666665459e-1f), p, r);
+  p = vfmaq_f32(vdupq_n_f32(5.0000001201e-1f), p, r);
+  p = vfmaq_f32(vaddq_f32(r, vdupq_n_f32(1.0f)), p, vmulq_f32(r, r));
+  const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
+  return vmulq_f32(p, vreinterpretq_f32_s32(e));
+}
+
+inline float32x4_t load_f16x4(const uint16_t* p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
+
+}  // namespace
+
+const char* name() {
+#if defined(__ARM_FEATURE_DOTPROD)
+  return "neon+dotprod";
+#else
+  return "neon";
+#endif
+}
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+  float32x4_t s0 = vdupq_n_f32(0), s1 = s0, s2 = s0, s3 = s0;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    s0 = vfmaq_f32(s0, vld1q_f32(a + i), vld1q_f32(b + i));
+    s1 = vfmaq_f32(s1, vld1q_f32(a + i + 4), vld1q_f32(b + i + 4));
+    s2 = vfmaq_f32(s2, vld1q_f32(a + i + 8), vld1q_f32(b + i + 8));
+    s3 = vfmaq_f32(s3, vld1q_f32(a + i + 12), vld1q_f32(b + i + 12));
+  }
+  for (; i + 4 <= n; i += 4) s0 = vfmaq_f32(s0, vld1q_f32(a + i), vld1q_f32(b + i));
+  float r = vaddvq_f32(vaddq_f32(vaddq_f32(s0, s1), vaddq_f32(s2, s3)));
+  for (; i < n; ++i) r += a[i] * b[i];
+  return r;
+}
+
+float dot_f16(const float* a, const uint16_t* b, int64_t n) {
+  float32x4_t s0 = vdupq_n_f32(0), s1 = s0;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    s0 = vfmaq_f32(s0, vld1q_f32(a + i), load_f16x4(b + i));
+    s1 = vfmaq_f32(s1, vld1q_f32(a + i + 4), load_f16x4(b + i + 4));
+  }
+  float r = vaddvq_f32(vaddq_f32(s0, s1));
+  for (; i < n; ++i) r += a[i] * fp16_to_fp32(b[i]);
+  return r;
+}
+
+void axpy_f16(float s, const uint16_t* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vfmaq_n_f32(vld1q_f32(y + i), load_f16x4(x + i), s));
+  for (; i < n; ++i) y[i] += s * fp16_to_fp32(x[i]);
+}
+
+void axpy_f32(float s, const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vfmaq_n_f32(vld1q_f32(y + i), vld1q_f32(x + i), s));
+  for (; i < n; ++i) y[i] += s * x[i];
+}
+
+// gelu_tanh(x) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3), as the AVX2 version.
+void gelu_mul(const float* a, const float* b, float* out, int64_t n) {
+  const float32x4_t one = vdupq_n_f32(1.0f);
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const float32x4_t x = vld1q_f32(a + i);
+    const float32x4_t x3 = vmulq_f32(vmulq_f32(x, x), x);
+    const float32x4_t e = exp4(vmulq_n_f32(vfmaq_n_f32(x, x3, 0.044715f), -2.0f * 0.7978845608028654f));
+    vst1q_f32(out + i, vmulq_f32(vdivq_f32(x, vaddq_f32(one, e)), vld1q_f32(b + i)));
+  }
+  for (; i < n; ++i) out[i] = gelu_tanh(a[i]) * b[i];
+}
+
+// cap * tanh(x / cap) = cap * (1 - 2 / (exp(2x / cap) + 1))
+void softcap(const float* a, float* out, int64_t n, float cap) {
+  const float32x4_t one = vdupq_n_f32(1.0f), two = vdupq_n_f32(2.0f);
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const float32x4_t e = exp4(vmulq_n_f32(vld1q_f32(a + i), 2.0f / cap));
+    vst1q_f32(out + i, vmulq_n_f32(vsubq_f32(one, vdivq_f32(two, vaddq_f32(e, one))), cap));
+  }
+  for (; i < n; ++i) out[i] = cap * std::tanh(a[i] / cap);
+}
+
+// The block-scale products are accumulated in four float lanes and summed once per row.
+float dot_q8_0(const void* wv, const BlockQ8* a, int64_t nb) {
+  const block_q8_0* w = static_cast<const block_q8_0*>(wv);
+  float32x4_t acc = vdupq_n_f32(0);
+  for (int64_t i = 0; i < nb; ++i) {
+    const int32x4_t s = idot(idot(vdupq_n_s32(0), vld1q_s8(w[i].qs), vld1q_s8(a[i].qs)),
+                             vld1q_s8(w[i].qs + 16), vld1q_s8(a[i].qs + 16));
+    acc = vfmaq_n_f32(acc, vcvtq_f32_s32(s), fp16_to_fp32(w[i].d) * a[i].d);
+  }
+  return vaddvq_f32(acc);
+}
+
+float dot_q4_0(const void* wv, const BlockQ8* a, int64_t nb) {
+  const block_q4_0* w = static_cast<const block_q4_0*>(wv);
+  const int8x16_t eight = vdupq_n_s8(8);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < nb; ++i) {
+    int8x16_t lo, hi;
+    nibbles(w[i].qs, lo, hi);
+    acc += fp16_to_fp32(w[i].d) * a[i].d *
+           static_cast<float>(block_dot(vsubq_s8(lo, eight), vsubq_s8(hi, eight), a[i]));
+  }
+  return acc;
+}
+
+float dot_q4_1(const void* wv, const BlockQ8* a, int64_t nb) {
+  const block_q4_1* w = static_cast<const block_q4_1*>(wv);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < nb; ++i) {
+    int8x16_t lo, hi;
+    nibbles(w[i].qs, lo, hi);
+    acc += fp16_to_fp32(w[i].d) * a[i].d * static_cast<float>(block_dot(lo, hi, a[i])) +
+           fp16_to_fp32(w[i].m) * a[i].d * static_cast<float>(a[i].sum);
+  }
+  return acc;
+}
+
+float dot_q5_0(const void* wv, const BlockQ8* a, int64_t nb) {
+  const block_q5_0* w = static_cast<const block_q5_0*>(wv);
+  const int8x16_t sixteen = vdupq_n_s8(16);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < nb; ++i) {
+    int8x16_t lo, hi;
+    q5_values(w[i].qs, w[i].qh, lo, hi);
+    acc += fp16_to_fp32(w[i].d) * a[i].d *
+           static_cast<float>(block_dot(vsubq_s8(lo, sixteen), vsubq_s8(hi, sixteen), a[i]));
+  }
+  return acc;
+}
+
+float dot_q5_1(const void* wv, const BlockQ8* a, int64_t nb) {
+  const block_q5_1* w = static_cast<const block_q5_1*>(wv);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < nb; ++i) {
+    int8x16_t lo, hi;
+    q5_values(w[i].qs, w[i].qh, lo, hi);
+    acc += fp16_to_fp32(w[i].d) * a[i].d * static_cast<float>(block_dot(lo, hi, a[i])) +
+           fp16_to_fp32(w[i].m) * a[i].d * static_cast<float>(a[i].sum);
+  }
+  return acc;
+}
+
+// Per super-block: sum_g scale[g] * (q_g . y_g) in int32 lanes, and min . bsums for the offset.
+float dot_q8k(const UnpackedK* w, const BlockQ8K* a, int64_t nb) {
+  float acc = 0.0f;
+  for (int64_t i = 0; i < nb; ++i) {
+    int32x4_t sum = vdupq_n_s32(0);
+    for (int g = 0; g < 16; ++g) {
+      const int32x4_t p = idot(vdupq_n_s32(0), vld1q_s8(w[i].q + g * 16), vld1q_s8(a[i].qs + g * 16));
+      sum = vmlaq_n_s32(sum, p, w[i].scale[g]);
+    }
+    int32_t summ = 0;
+    if (w[i].dmin != 0.0f) {
+      const int16x8_t m0 = vld1q_s16(w[i].min), m1 = vld1q_s16(w[i].min + 8);
+      const int16x8_t b0 = vld1q_s16(a[i].bsums), b1 = vld1q_s16(a[i].bsums + 8);
+      int32x4_t mp = vmull_s16(vget_low_s16(m0), vget_low_s16(b0));
+      mp = vmlal_high_s16(mp, m0, b0);
+      mp = vmlal_s16(mp, vget_low_s16(m1), vget_low_s16(b1));
+      mp = vmlal_high_s16(mp, m1, b1);
+      summ = vaddvq_s32(mp);
+    }
+    acc += w[i].d * a[i].d * static_cast<float>(vaddvq_s32(sum)) -
+           w[i].dmin * a[i].d * static_cast<float>(summ);
+  }
+  return acc;
+}
+
+}  // namespace markbase::cpu::neon
+#endif

@@ -1,0 +1,121 @@
+"""The CPU backend's NEON paths (AArch64), on an x86 machine: the backend's kernel sources and
+tests/cpu_kernels_main.cpp are cross-compiled for AArch64, once without and once with the SDOT
+instruction (-march=armv8-a, -march=armv8.2-a+dotprod), and run under qemu-user. The matrix
+products of every tensor type (precise and 8-bit-activation paths, decode and prefill shapes) and
+the vector kernels are checked against numpy on the gguf package's dequantized weights, the same
+bars as tests/test_cpu_kernels.py, on the NEON path and on the portable one (MARKBASE_SIMD=portable).
+
+Needs aarch64-linux-gnu-g++ and qemu-aarch64 (Debian: g++-aarch64-linux-gnu, qemu-user; .ci/run
+installs them); skips with that reason when they are missing. On an AArch64 machine the normal
+tests already run the NEON path natively."""
+import os
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("gguf")
+from gguf.quants import dequantize  # noqa: E402
+
+from test_cpu_kernels import FAST_32, FAST_256, act_q8_0, act_q8_k  # noqa: E402
+from test_formats import TYPES, random_blocks  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+CXX = shutil.which("aarch64-linux-gnu-g++")
+QEMU = shutil.which("qemu-aarch64")
+pytestmark = pytest.mark.skipif(not (CXX and QEMU), reason="needs aarch64-linux-gnu-g++ and qemu-aarch64")
+
+VARIANTS = {"neon": "-march=armv8-a", "neon+dotprod": "-march=armv8.2-a+dotprod"}
+
+
+def _sources():
+    cpu = sorted(p for p in (ROOT / "cpp/backend/cpu").glob("*.cpp") if p.name != "cpu_backend.cpp")
+    return [ROOT / "tests/cpu_kernels_main.cpp", *cpu, ROOT / "cpp/formats/quants.cpp",
+            ROOT / "cpp/formats/tensor_types.cpp"]
+
+
+@pytest.fixture(scope="module")
+def binaries(tmp_path_factory):
+    out = tmp_path_factory.mktemp("neon")
+
+    def build(item):
+        name, march = item
+        exe = out / name.replace("+", "_")
+        r = subprocess.run([CXX, "-std=c++17", "-O2", "-static", "-pthread", "-Wall", "-Werror",
+                            f"-I{ROOT / 'cpp'}", march, *map(str, _sources()), "-o", str(exe)],
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        return name, exe
+
+    with ThreadPoolExecutor(2) as ex:
+        return dict(ex.map(build, VARIANTS.items()))
+
+
+def _run(exe, args, simd):
+    env = dict(os.environ)
+    env.pop("MARKBASE_SIMD", None)
+    if simd == "portable":
+        env["MARKBASE_SIMD"] = "portable"
+    r = subprocess.run([QEMU, "-cpu", "max", str(exe), *map(str, args)], capture_output=True,
+                       text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("name", list(TYPES))
+def test_neon_matmul_every_type(binaries, tmp_path, variant, name):
+    qt, be, _, _ = TYPES[name]
+    cols = 512 if be == 256 else 256
+    rows = 13  # not a multiple of 4: the 4-row kernels and the remainder both run
+    n_el = rows * cols
+    raw = random_blocks(name, n_el // be if be > 1 else n_el, seed=11)
+    if name in ("F16", "BF16"):  # finite weights (random bit patterns include NaN)
+        w = (np.random.default_rng(3).standard_normal(n_el) * 0.1).astype(np.float32)
+        raw = (w.astype(np.float16).view(np.uint8) if name == "F16"
+               else (w.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8))
+    raw = np.ascontiguousarray(raw.reshape(rows, -1))
+    raw.tofile(tmp_path / "raw.bin")
+    W = dequantize(raw.reshape(-1), qt).reshape(rows, cols).astype(np.float64)
+    rng = np.random.default_rng(5)
+    for T in (1, 4, 7):
+        x = rng.standard_normal((T, cols)).astype(np.float32)
+        x.tofile(tmp_path / "x.bin")
+        for precise in (True, False):
+            xa = x if precise else act_q8_0(x) if name in FAST_32 else act_q8_k(x) if name in FAST_256 else x
+            ref = xa.astype(np.float64) @ W.T
+            for simd in ("auto", "portable"):
+                path = _run(binaries[variant], ["matmul", name, rows, cols, T, int(precise), tmp_path / "raw.bin",
+                                                tmp_path / "x.bin", tmp_path / "out.bin"], simd)
+                assert path == (variant if simd == "auto" else "portable")
+                got = np.fromfile(tmp_path / "out.bin", np.float32).reshape(T, rows)
+                err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+                assert err < 1e-5, (name, T, simd, precise, err)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_neon_vector_kernels(binaries, tmp_path, variant):
+    rng = np.random.default_rng(7)
+    for n in (1, 7, 256, 1003):  # tails shorter than a vector, and long rows
+        a = (rng.standard_normal(n) * 3).astype(np.float32)
+        b = rng.standard_normal(n).astype(np.float32)
+        h = rng.standard_normal(n).astype(np.float16)
+        s, cap = 0.37, 30.0
+        for arr, f in ((a, "a"), (b, "b"), (h, "h")):
+            arr.tofile(tmp_path / f"{f}.bin")
+        a64, b64, h64 = a.astype(np.float64), b.astype(np.float64), h.astype(np.float64)
+        u = np.sqrt(2 / np.pi) * (a64 + 0.044715 * a64 ** 3)
+        want = [np.array([a64 @ b64]), np.array([a64 @ h64]), a64 + s * h64, a64 + s * b64,
+                0.5 * a64 * (1 + np.tanh(u)) * b64, cap * np.tanh(a64 / cap)]
+        for simd in ("auto", "portable"):
+            path = _run(binaries[variant], ["vec", n, s, cap, *(tmp_path / f"{f}.bin" for f in "abh"),
+                                            tmp_path / "out.bin"], simd)
+            assert path == (variant if simd == "auto" else "portable")
+            got = np.fromfile(tmp_path / "out.bin", np.float32)
+            parts = np.split(got, [1, 2, 2 + n, 2 + 2 * n, 2 + 3 * n])
+            for k, (g, w) in enumerate(zip(parts, want)):
+                scale = max(np.abs(w).max(), 1.0) if k >= 2 else np.abs(a64) @ np.abs(b64 if k == 0 else h64)
+                assert np.abs(g - w).max() <= 2e-6 * scale * (1 if k >= 2 else 4), (n, simd, k, g[:4], w[:4])

@@ -234,6 +234,20 @@ struct Symbol {
   size_t start, n;  // n == 0 once merged into its left neighbour
 };
 
+// One symbol per UTF-8 character (a truncated last character is one symbol), linked in order:
+// where both merge loops start.
+std::vector<Symbol> utf8_symbols(std::string_view text) {
+  std::vector<Symbol> sym;
+  sym.reserve(text.size());
+  for (size_t off = 0; off < text.size();) {
+    const size_t len = std::min(utf8_len(static_cast<unsigned char>(text[off])), text.size() - off);
+    const int idx = static_cast<int>(sym.size());
+    sym.push_back({idx - 1, off + len == text.size() ? -1 : idx + 1, off, len});
+    off += len;
+  }
+  return sym;
+}
+
 }  // namespace
 
 // -------------------------------------------------------------------------------------------------
@@ -670,14 +684,7 @@ void Tokenizer::Impl::push_bytes(std::string_view bytes, std::vector<int32_t>& o
 // SentencePiece-style merging by score (llama.cpp's llm_tokenizer_spm_session).
 // -------------------------------------------------------------------------------------------------
 void Tokenizer::Impl::encode_spm(std::string_view text, std::vector<int32_t>& out) const {
-  std::vector<Symbol> sym;
-  sym.reserve(text.size());
-  for (size_t off = 0; off < text.size();) {
-    const size_t len = std::min(utf8_len(static_cast<unsigned char>(text[off])), text.size() - off);
-    const int idx = static_cast<int>(sym.size());
-    sym.push_back({idx - 1, off + len == text.size() ? -1 : idx + 1, off, len});
-    off += len;
-  }
+  std::vector<Symbol> sym = utf8_symbols(text);
 
   struct Bigram {
     int left, right;
@@ -738,20 +745,10 @@ void Tokenizer::Impl::encode_gemma4(std::string_view text, std::vector<int32_t>&
 }
 
 void Tokenizer::Impl::bpe_word(std::string_view word, std::vector<int32_t>& out) const {
-  std::vector<Symbol> sym;
   // A whole run of newlines that is a token stays one token.
-  if (word.find_first_not_of('\n') == std::string_view::npos && find(word) >= 0) {
-    sym.push_back({-1, -1, 0, word.size()});
-  } else {
-    sym.reserve(word.size());
-    for (size_t off = 0; off < word.size();) {
-      const size_t len =
-          std::min(utf8_len(static_cast<unsigned char>(word[off])), word.size() - off);
-      const int idx = static_cast<int>(sym.size());
-      sym.push_back({idx - 1, off + len == word.size() ? -1 : idx + 1, off, len});
-      off += len;
-    }
-  }
+  std::vector<Symbol> sym = word.find_first_not_of('\n') == std::string_view::npos && find(word) >= 0
+                                ? std::vector<Symbol>{{-1, -1, 0, word.size()}}
+                                : utf8_symbols(word);
 
   struct Bigram {
     int left, right;

@@ -10,8 +10,8 @@ NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1)
 run() { MARKBASE_CUDA_GRAPH=0 timeout 120 $NCU --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
   -k "regex:$1" --launch-skip $2 -c $3 $B --model $M/g4-26b-4L.gguf --backend cuda --prompt-tokens 64 --gen-tokens 4 --repeats 1 2>&1 \
   | grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|Block Size|Grid Size|Theoretical Occ|Dynamic Shared|Elapsed Cycles|SM Frequency|Local" | tee -a "$OUT/ncu.txt"; }
-run matvec_fast 0 3
-run attention_kernel 8 2
-run gate_up_kernel 4 1
-run down_kernel 4 1
-run rms_norm 60 1
+run matvec_q8_kernel 16 3
+run attention_kernel 16 2
+run gate_up_q8 4 1
+run down_q8 4 1
+run row_chain 12 1

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call on the H200: builds MarkBase with the CUDA backend, runs the CUDA tests, and
 # measures MarkBase (and llama.cpp's CUDA llama-bench, built beside it) on synthetic Gemma 4 GGUFs.
-#   STAGES="test tune bench llama" BUDGET=560 bash bench/cuda/h200_run.sh
+#   STAGES="test tune bench profile llama ncu" BUDGET=560 bash bench/cuda/h200_run.sh
 # Carried: .whl (transformers 5.23 for the tiny models), .gpu/llama.cpp-src.tar.gz (trimmed
 # llama.cpp of the llama-cpp-python 0.3.36 sdist). Logs and JSON go to $OUT.
 set -u
@@ -72,9 +72,8 @@ for i in range(12):
 print('{\"read_bandwidth_gbs\": %.1f}'%b)" 2>&1 | tee "$OUT/bandwidth.json"
 fi
 # While llama.cpp builds (its compile jobs share the CPU, so only relative figures): the dense
-# model under the tuning switches (rows per lane group of the matrix-vector kernel, fusions off).
+# model with the fusions and batched products off, and on.
 if has tune && wait_for $M/gen2.done; then
-  for v in 1 2 4; do mb tune_dense_rows$v $M/g4-26b-dense-q4_0.gguf 512 64 MARKBASE_CUDA_MATVEC_ROWS=$v; done
   mb tune_dense_nofuse $M/g4-26b-dense-q4_0.gguf 512 64 MARKBASE_CUDA_FUSE=0
   mb tune_dense_default $M/g4-26b-dense-q4_0.gguf 512 64
 fi
@@ -88,6 +87,8 @@ if has bench && wait_for $M/gen26.done; then
   mb 26b_p4096 $M/g4-26b-q4_0.gguf 4096 64
   mb 26b_p512_hostrouting $M/g4-26b-q4_0.gguf 512 64 MARKBASE_CUDA_HOST_ROUTING=1
   mb 26b_p512_nograph $M/g4-26b-q4_0.gguf 512 64 MARKBASE_CUDA_GRAPH=0
+  # per-op-kind GPU time (eager launches timed with events; printed to bench.err)
+  has profile && mb 26b_profile $M/g4-26b-q4_0.gguf 512 32 MARKBASE_CUDA_PROFILE=1
   if wait_for $M/gen2.done; then
     mb dense_p512 $M/g4-26b-dense-q4_0.gguf 512 128
     mb e4b_p512 $M/g4-e4b-q4_0.gguf 512 128
@@ -105,5 +106,16 @@ if has llama && wait_for /tmp/llama/done; then
       2>>"$OUT/llama.err" | tee -a "$OUT/llama.jsonl"
   done
   tail -5 /tmp/llama/build.log >> "$OUT/run.log"
+fi
+# Nsight Compute on a few decode kernels of the 26B file (prefill launches skipped), into bench.err
+if has ncu && [ "$(left)" -gt 60 ] && [ -f $M/g4-26b-q4_0.gguf ]; then
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1)
+  for k in "attention_kernel 70 2" "attention_combine 70 1" "matvec_q8_kernel 130 3" "row_chain 100 1" "down_q8 40 1"; do
+    set -- $k
+    [ "$(left)" -gt 30 ] || break
+    MARKBASE_CUDA_GRAPH=0 timeout $(( $(left) > 70 ? 60 : $(left) - 10 )) $NCU --clock-control none --section SpeedOfLight --section LaunchStats --section Occupancy \
+      -k "regex:$1" --launch-skip $2 -c $3 $BENCH --model $M/g4-26b-q4_0.gguf --backend cuda --prompt-tokens 512 \
+      --gen-tokens 4 --repeats 1 2>&1 | grep -E "^  [a-zA-Z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Registers Per|Block Size|Grid Size|Achieved Occupancy|Theoretical Occ|Dynamic Shared" >> "$OUT/bench.err"
+  done
 fi
 log "end"

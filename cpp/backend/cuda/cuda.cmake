@@ -17,6 +17,7 @@ set(CMAKE_CUDA_STANDARD_REQUIRED ON)
 target_sources(markbase_core PRIVATE
   cpp/backend/cuda/cuda_backend.cpp
   cpp/backend/cuda/matvec.cu
+  cpp/backend/cuda/matvec_q8.cu
   cpp/backend/cuda/matmul.cu
   cpp/backend/cuda/norm_rope.cu
   cpp/backend/cuda/attention.cu

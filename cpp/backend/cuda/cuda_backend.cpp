@@ -5,10 +5,14 @@
 //    run captures the graph's kernels into a CUDA graph; every run then writes the step buffer
 //    and replays it, so a decode token costs one graph launch and one host wait (for the logits,
 //    or with run_sample for the sampled token id only).
+//  - Decode in default mode runs its products on 8-bit activations (q8.cuh): each slot that a
+//    Q4_0 / Q8_0 product reads gets a quantized copy, written by the op that produces the slot
+//    (norm, GeGLU, attention, residual add) or else by a quantize kernel, and reused by every
+//    product that reads it before the slot changes. Precise mode keeps float32 activations.
 //  - MoE routing stays on the GPU. MARKBASE_CUDA_HOST_ROUTING=1 is a debug switch that instead
 //    reads every MoE layer's top-k back to the host (one wait per layer, launches eager), to
 //    measure what naive host routing costs; MARKBASE_CUDA_GRAPH=0 runs eagerly without capture;
-//    MARKBASE_CUDA_FUSE=0 turns off the two fusions of adjacent ops (see encode());
+//    MARKBASE_CUDA_FUSE=0 turns off the fusions and the batching of products (see encode());
 //    MARKBASE_CUDA_PROFILE=1 runs eagerly, times every op with events and prints the time per op
 //    kind (per graph size) to stderr when the backend is destroyed.
 #include <cuda_runtime.h>
@@ -100,6 +104,9 @@ struct GraphState {
   std::vector<DevPtr> moe_bufs;
   HostPtr logits_host;         // rows x vocab of the logits slot
   HostPtr route_host;          // host-routing debug mode
+  std::vector<DevPtr> q8;      // per slot: its quantized row (decode graphs in default mode)
+  DevPtr moe_act_q8;           // the experts' GeGLU outputs, quantized
+  DevPtr router_counter;       // cuda::moe_router's count of finished blocks
   cudaGraphExec_t exec = nullptr;
   const CudaCaches* captured_for = nullptr;
   int kernels = 0;             // kernels launched by one run of the graph
@@ -381,18 +388,102 @@ class CudaBackend : public Backend {
       if (y) st->moe.y = static_cast<float*>(buf(y * sizeof(float)));
     }
     if (route) st->route_host = host_alloc(route * sizeof(float));
+    st->router_counter = dev_alloc(sizeof(unsigned));
+    if (q8_graph(g)) {
+      for (size_t i = 0; i < g.slots.size(); ++i) st->q8.push_back(dev_alloc(q8_bytes(g.slots[i].cols)));
+      if (act) st->moe_act_q8 = dev_alloc(q8_bytes(act));
+    }
     return *states_.emplace(&g, std::move(st)).first->second;
   }
 
+  // --- 8-bit activations (decode graphs in default mode)
+  bool q8_graph(const Graph& g) const { return g.T == 1 && !opt_.precise; }
+  static size_t q8_bytes(size_t n) { return (n + 31) / 32 * 32 + (n + 31) / 32 * sizeof(float); }
+  static cuda::Q8Vec q8_of(const DevPtr& buf, size_t n) {
+    signed char* q = static_cast<signed char*>(buf.get());
+    return {q, reinterpret_cast<float*>(q + (n + 31) / 32 * 32)};
+  }
+  cuda::Q8Vec slot_q8(const Graph& g, const GraphState& st, int slot) const {
+    return q8_of(st.q8[slot], g.slots[slot].cols);
+  }
+  static bool moe_q8(const Graph& g, const Op& op) {
+    return g.rows(op.out) == 1 && op.w->type == op.w2->type &&
+           cuda::has_q8_dot(static_cast<int>(op.w->type)) && op.k % 32 == 0;
+  }
+  // Whether op reads slot s as the input of a product on its quantized copy.
+  bool reads_q8(const Graph& g, const Op& op, int s) const {
+    if (op.a != s || !q8_graph(g)) return false;
+    if (op.kind == OpKind::MatMul) return g.rows(op.out) == 1 && cuda::has_q8_dot(static_cast<int>(op.w->type));
+    if (op.kind == OpKind::MoeExperts) return moe_q8(g, op);
+    return false;
+  }
+  // Whether a product after op `from` reads slot s quantized before s is written again.
+  bool wants_q8(const Graph& g, size_t from, int s) const {
+    if (!fuse_ || !q8_graph(g)) return false;
+    for (size_t j = from + 1; j < g.ops.size(); ++j) {
+      if (reads_q8(g, g.ops[j], s)) return true;
+      if (g.ops[j].out == s) return false;
+    }
+    return false;
+  }
+  // The later products that can share op oi's launch (same quantized input, weight type and
+  // width): each must be movable to oi, i.e. no op in between reads or writes its output, and
+  // nothing in between rewrites the input.
+  std::vector<size_t> batch_products(const Graph& g, size_t oi, const std::vector<char>& done) const {
+    const Op& op = g.ops[oi];
+    std::vector<size_t> jobs{oi};
+    if (!fuse_) return jobs;
+    for (size_t j = oi + 1; j < g.ops.size() && jobs.size() < static_cast<size_t>(cuda::kMaxMatvecJobs); ++j) {
+      const Op& o = g.ops[j];
+      if (o.out == op.a) break;
+      if (done[j] || o.kind != OpKind::MatMul || !reads_q8(g, o, op.a) || o.w->type != op.w->type ||
+          o.w->cols() != op.w->cols())
+        continue;
+      bool movable = true;
+      for (size_t i = oi; i < j && movable; ++i) {
+        const Op& m = g.ops[i];
+        movable = m.out != o.out && m.a != o.out && m.b != o.out;
+      }
+      if (movable) jobs.push_back(j);
+    }
+    return jobs;
+  }
+
+  // A row op that a decode row chain can take (cuda::row_chain).
+  static bool chainable(const Graph& g, const Op& op) {
+    if (op.out < 0 || g.T != 1 || g.rows(op.out) != 1 || op.n > 1024 * cuda::kChainPer) return false;
+    return (op.kind == OpKind::RmsNorm && op.group == op.n) || op.kind == OpKind::Add || op.kind == OpKind::Scale;
+  }
+
   // Enqueues every op of g; returns the number of kernels launched.
+  //
+  // Fusions (off with MARKBASE_CUDA_FUSE=0): in decode, runs of row ops (norms, residual adds,
+  // layer scalars) in one launch, and the MoE router's product with the routing; in prefill, a
+  // post-norm with the residual add after it (and the layer scalar after that); a QK-norm with its
+  // RoPE; the quantization of a slot with the op that produces it; products that read the same
+  // quantized slot, in one launch.
   int encode(const Graph& g, GraphState& st, CudaCaches& kv) {
     int kernels = 0;
+    std::vector<char> done(g.ops.size(), 0);  // ops already launched with an earlier one
+    std::vector<int> q8_cols(g.slots.size(), 0);  // columns of each slot's current quantized copy
+    // A slot's quantized copy, quantizing it first when its producer did not.
+    auto need_q8 = [&](int slot, int K) {
+      const cuda::Q8Vec q = slot_q8(g, st, slot);
+      if (q8_cols[slot] < K) {
+        kernels += cuda::quantize_q8(stream_, ptr<float>(st.slots[slot]), g.slots[slot].cols, K, 1, q, 0);
+        q8_cols[slot] = K;
+      }
+      return q;
+    };
     const auto* step = ptr<cuda::StepBuf>(st.step);
     static const char* kind_names[] = {"Embed", "RmsNorm", "MatMul", "GeluMul", "Add", "Scale", "Rope",
                                        "StoreKV", "Attention", "Softcap", "MoeRoute", "MoeExperts", "LastRow"};
     for (size_t oi = 0; oi < g.ops.size(); ++oi) {
+      if (done[oi]) continue;
       const Op& op = g.ops[oi];
       const int T = g.T;
+      const size_t first = oi;  // ops first..oi are launched in this step (oi grows when fused)
+      int q8_out = -1, q8_n = 0;  // a slot whose quantized copy this step writes
       size_t ev = 0;
       if (profile_) {
         ev = event_pair();
@@ -401,6 +492,52 @@ class CudaBackend : public Backend {
         key += " (T=" + std::to_string(T) + ")";
         timed_.push_back({key, ev});
         CK(cudaEventRecord(events_[ev], stream_));
+      }
+      if (fuse_ && chainable(g, op)) {
+        std::vector<size_t> chain;
+        for (size_t j = oi; j < g.ops.size() && chain.size() < static_cast<size_t>(cuda::kMaxRowOps); ++j) {
+          if (done[j]) continue;  // a product launched earlier with its batch
+          if (!chainable(g, g.ops[j])) break;
+          chain.push_back(j);
+        }
+        if (chain.size() >= 2) {
+          cuda::RowChain c;
+          for (size_t j : chain) {
+            const Op& o = g.ops[j];
+            cuda::RowOp& r = c.op[c.count++];
+            r.n = o.n;
+            r.a = ptr<float>(st.slots[o.a]);
+            r.out = ptr<float>(st.slots[o.out]);
+            if (o.kind == OpKind::RmsNorm) {
+              r.kind = cuda::RowOpKind::Norm;
+              r.w = o.w ? small_f32(o.w) : nullptr;
+              r.f = o.f;
+            } else if (o.kind == OpKind::Add) {
+              r.kind = cuda::RowOpKind::Add;
+              r.b = ptr<float>(st.slots[o.b]);
+            } else {
+              r.kind = cuda::RowOpKind::Scale;
+              r.f = o.f;
+            }
+          }
+          const Op& tail = g.ops[chain.back()];
+          if (tail.n % 32 == 0 && wants_q8(g, chain.back(), tail.out)) {
+            c.q8 = slot_q8(g, st, tail.out);
+            q8_out = tail.out;
+            q8_n = tail.n;
+          }
+          kernels += cuda::row_chain(stream_, c);
+          if (profile_) timed_.back().first = "RowChain (T=1)";
+          oi = chain.back();
+          for (size_t j = first; j <= oi; ++j)
+            if (g.ops[j].out >= 0 && g.ops[j].out != q8_out) q8_cols[g.ops[j].out] = 0;
+          if (q8_out >= 0) q8_cols[q8_out] = q8_n;
+          const cudaError_t e = cudaGetLastError();
+          if (e != cudaSuccess)
+            throw BackendError("[cuda] op '" + op.label + "' failed to launch: " + cudaGetErrorString(e));
+          if (profile_) CK(cudaEventRecord(events_[ev + 1], stream_));
+          continue;
+        }
       }
       float* out = op.out >= 0 ? ptr<float>(st.slots[op.out]) : nullptr;
       const int os = op.out >= 0 ? g.slots[op.out].cols : 0;
@@ -418,10 +555,19 @@ class CudaBackend : public Backend {
           const float* w = op.w ? small_f32(op.w) : nullptr;
           if (fuse_ && nx && nx->kind == OpKind::Add && op.group == op.n && nx->b == op.out && nx->a == nx->out &&
               nx->a != op.out && nx->n == op.n && g.rows(nx->out) == rows) {
-            // post-norm + residual add
+            // post-norm + residual add (+ the layer scalar on the sum)
+            const Op* sc = oi + 2 < g.ops.size() ? &g.ops[oi + 2] : nullptr;
+            const bool scaled = sc && sc->kind == OpKind::Scale && sc->a == nx->out && sc->out == nx->out && sc->n == nx->n;
+            const size_t last = oi + (scaled ? 2 : 1);
+            cuda::Q8Vec q8{};
+            if (rows == 1 && op.n % 32 == 0 && wants_q8(g, last, nx->out)) {
+              q8 = slot_q8(g, st, nx->out);
+              q8_out = nx->out;
+              q8_n = op.n;
+            }
             kernels += cuda::rms_norm_add(stream_, a, as, w, op.n, op.f, rows, out, os, ptr<float>(st.slots[nx->out]),
-                                          g.slots[nx->out].cols);
-            ++oi;
+                                          g.slots[nx->out].cols, q8, scaled ? sc->f : 1.0f);
+            oi = last;
           } else if (fuse_ && nx && nx->kind == OpKind::Rope && nx->a == op.out && nx->out == op.out &&
                      nx->group == op.group && nx->heads * nx->group == op.n) {
             // QK-norm + RoPE
@@ -429,15 +575,52 @@ class CudaBackend : public Backend {
                                            nx->group, out, os);
             ++oi;
           } else {
-            kernels += cuda::rms_norm(stream_, a, as, w, op.n, op.group, op.f, rows, out, os);
+            cuda::Q8Vec q8{};
+            if (rows == 1 && op.group == op.n && op.n % 32 == 0 && wants_q8(g, oi, op.out)) {
+              q8 = slot_q8(g, st, op.out);
+              q8_out = op.out;
+              q8_n = op.n;
+            }
+            kernels += cuda::rms_norm(stream_, a, as, w, op.n, op.group, op.f, rows, out, os, q8);
           }
           break;
         }
-        case OpKind::MatMul:
-          kernels += rows <= kDecodeRows ? cuda::matvec(stream_, wref(op.w), op.n, a, as, rows, out, os)
-                                         : cuda::matmul(stream_, wref(op.w), op.n, a, as, rows, out, os, opt_.precise);
+        case OpKind::MatMul: {
+          const Op* nx = oi + 1 < g.ops.size() ? &g.ops[oi + 1] : nullptr;
+          if (fuse_ && !host_routing_ && g.T == 1 && rows == 1 && nx && nx->kind == OpKind::MoeRoute &&
+              nx->a == op.out && nx->group == op.n && op.n <= 1024) {  // router product + routing
+            kernels += cuda::moe_router(stream_, wref(op.w), a, nx->w2 ? small_f32(nx->w2) : nullptr, nx->group,
+                                        nx->k, out, ptr<float>(st.slots[nx->out]), ptr<unsigned>(st.router_counter));
+            ++oi;
+          } else if (reads_q8(g, op, op.a)) {
+            cuda::MatvecJobs jobs;
+            for (size_t j : batch_products(g, oi, done)) {
+              const Op& o = g.ops[j];
+              jobs.w[jobs.count] = wref(o.w);
+              jobs.n[jobs.count] = o.n;
+              jobs.out[jobs.count] = ptr<float>(st.slots[o.out]);
+              ++jobs.count;
+              done[j] = 1;
+              q8_cols[o.out] = 0;
+            }
+            const int K = static_cast<int>(op.w->cols());
+            kernels += cuda::matvec_q8(stream_, jobs, need_q8(op.a, K), K);
+          } else {
+            kernels += rows <= kDecodeRows ? cuda::matvec(stream_, wref(op.w), op.n, a, as, rows, out, os)
+                                           : cuda::matmul(stream_, wref(op.w), op.n, a, as, rows, out, os, opt_.precise);
+          }
           break;
-        case OpKind::GeluMul: kernels += cuda::gelu_mul(stream_, a, as, b, bs, op.b_col, op.n, rows, out, os); break;
+        }
+        case OpKind::GeluMul: {
+          cuda::Q8Vec q8{};
+          if (rows == 1 && op.n % 32 == 0 && wants_q8(g, oi, op.out)) {
+            q8 = slot_q8(g, st, op.out);
+            q8_out = op.out;
+            q8_n = op.n;
+          }
+          kernels += cuda::gelu_mul(stream_, a, as, b, bs, op.b_col, op.n, rows, out, os, q8);
+          break;
+        }
         case OpKind::Add: kernels += cuda::add(stream_, a, as, b, bs, op.n, rows, out, os); break;
         case OpKind::Scale: kernels += cuda::scale(stream_, a, as, op.f, op.n, rows, out, os); break;
         case OpKind::Softcap: kernels += cuda::softcap(stream_, a, as, op.f, op.n, rows, out, os); break;
@@ -450,8 +633,14 @@ class CudaBackend : public Backend {
           break;
         case OpKind::Attention: {
           const cuda::CacheRef c = kv.ref(op.layer);
+          cuda::Q8Vec q8{};
+          if (rows == 1 && op.n % 32 == 0 && wants_q8(g, oi, op.out)) {
+            q8 = slot_q8(g, st, op.out);
+            q8_out = op.out;
+            q8_n = op.n;
+          }
           kernels += cuda::attention(stream_, c, a, as, step, T, op.heads, op.f, op.window, out, os,
-                                     cuda::attention_splits(c, T), ptr<float>(st.attn_scratch));
+                                     cuda::attention_splits(c, T), ptr<float>(st.attn_scratch), q8);
           break;
         }
         case OpKind::MoeRoute:
@@ -473,8 +662,11 @@ class CudaBackend : public Backend {
           const cuda::WeightRef dn = wref(op.w2, static_cast<size_t>(H));
           if (rows <= kDecodeRows) {
             const bool ids = host_routing_ && static_cast<int>(host_ids_.size()) == rows * K && rows * K <= 64;
+            const bool q8 = reads_q8(g, op, op.a);
             kernels += cuda::moe_experts_decode(stream_, gu, dn, E, Ie, H, K, a, as, b, bs, rows,
-                                                ids ? host_ids_.data() : nullptr, st.moe.act, out, os);
+                                                ids ? host_ids_.data() : nullptr, st.moe.act, out, os,
+                                                q8 ? need_q8(op.a, H) : cuda::Q8Vec{},
+                                                q8 ? q8_of(st.moe_act_q8, static_cast<size_t>(K) * Ie) : cuda::Q8Vec{});
           } else {
             kernels += cuda::moe_experts_prefill(stream_, gu, dn, E, Ie, H, K, a, as, b, bs, rows, st.moe,
                                                  opt_.precise, out, os);
@@ -482,6 +674,9 @@ class CudaBackend : public Backend {
           break;
         }
       }
+      for (size_t j = first; j <= oi; ++j)
+        if (g.ops[j].out >= 0) q8_cols[g.ops[j].out] = 0;  // written: its quantized copy is stale
+      if (q8_out >= 0) q8_cols[q8_out] = q8_n;
       const cudaError_t e = cudaGetLastError();
       if (e != cudaSuccess)
         throw BackendError("[cuda] op '" + op.label + "' failed to launch: " + cudaGetErrorString(e));

@@ -26,9 +26,33 @@ struct WeightRef {
   size_t expert_bytes = 0;    // bytes per expert (MoE stacks), else 0
 };
 
+// A vector quantized to blocks of 32 int8 values, one float scale per block (q8.cuh): q holds
+// n bytes (16-byte aligned), d n / 32 scales. Written once per step, read by every decode product
+// of that vector (default mode; precise mode never quantizes activations).
+struct Q8Vec {
+  signed char* q = nullptr;
+  float* d = nullptr;
+};
+
 // --- matvec.cu: out[t, n] = dot(a[t], W[n]) for few tokens (decode), weights read once.
 int matvec(cudaStream_t s, const WeightRef& w, int N, const float* a, int a_stride, int T, float* out,
            int out_stride);
+
+// --- matvec_q8.cu: the same for one token on a quantized vector, for weights of the types
+// has_q8_dot() accepts (Q4_0, Q8_0). One launch computes up to kMaxMatvecJobs products that read
+// the same vector (all of one weight type and width K).
+constexpr bool has_q8_dot(int type) { return type == 2 || type == 8; }  // GGML's Q4_0, Q8_0
+constexpr int kMaxMatvecJobs = 4;
+struct MatvecJobs {
+  WeightRef w[kMaxMatvecJobs];
+  int n[kMaxMatvecJobs] = {};
+  float* out[kMaxMatvecJobs] = {};
+  int row0[kMaxMatvecJobs + 1] = {};  // filled by matvec_q8
+  int count = 0;
+};
+int matvec_q8(cudaStream_t s, MatvecJobs jobs, Q8Vec x, int K);
+// q.q/q.d of row r start at r * q_stride bytes / r * q_stride / 32 scales (q_stride % 32 == 0).
+int quantize_q8(cudaStream_t s, const float* a, int a_stride, int n, int rows, Q8Vec q, int q_stride);
 
 // --- matmul.cu: the same for many tokens (prefill), tiled. precise: float32 FMA; otherwise the
 // tiles are dequantized to f16 and multiplied on the tensor cores (f32 accumulation).
@@ -48,17 +72,42 @@ int matmul(cudaStream_t s, const WeightRef& w, int N, const float* a, int a_stri
 // --- norm_rope.cu: row-wise and element-wise ops.
 int embed(cudaStream_t s, const WeightRef& w, const StepBuf* step, int T, int vocab, float scale,
           int n, float* out, int out_stride);
+// q8 (when q8.q is set; one row, group == n, n % 32 == 0): the normed row is also quantized.
 int rms_norm(cudaStream_t s, const float* a, int a_stride, const float* w, int n, int group, float eps,
-             int rows, float* out, int out_stride);
+             int rows, float* out, int out_stride, Q8Vec q8 = {});
 // Fusions the backend applies to adjacent ops (fewer kernels per token):
 //   RmsNorm(out = S) then Add(x = x + S): out = norm(a) * w and x += out, in one pass;
 //   RmsNorm per head then Rope on the same slot: QK-norm and rotation in one pass.
+//   q8 (when set; one row, n % 32 == 0): the updated x is also quantized;
+//   scale_x (the layer scalar that follows in Gemma 4): x = (x + out) * scale_x.
 int rms_norm_add(cudaStream_t s, const float* a, int a_stride, const float* w, int n, float eps, int rows,
-                 float* out, int out_stride, float* x, int x_stride);
+                 float* out, int out_stride, float* x, int x_stride, Q8Vec q8 = {}, float scale_x = 1.0f);
 int rms_norm_rope(cudaStream_t s, const float* a, int a_stride, const float* w, float eps, const float* inv_freq,
                   const StepBuf* step, int T, int heads, int head_dim, float* out, int out_stride);
+// A run of row ops of one token (decode) in one launch: one block of 1024 threads does the ops in
+// order, a barrier between them, so a chain of post-norm, residual add, layer scalar and the next
+// norm costs one launch. RmsNorm here has one group (group == n). q8 (when set): the last op's
+// output is also quantized (q8_n % 32 == 0).
+enum class RowOpKind { Norm, Add, Scale };
+struct RowOp {
+  RowOpKind kind = RowOpKind::Add;
+  int n = 0;
+  const float* a = nullptr;
+  const float* b = nullptr;   // Add
+  const float* w = nullptr;   // Norm (may be null)
+  float f = 0.0f;             // Norm: eps; Scale: factor
+  float* out = nullptr;
+};
+constexpr int kMaxRowOps = 8;
+constexpr int kChainPer = 4;  // rows of at most 4096 values (kChainPer per thread of 1024)
+struct RowChain {
+  RowOp op[kMaxRowOps];
+  int count = 0;
+  Q8Vec q8;
+};
+int row_chain(cudaStream_t s, const RowChain& c);
 int gelu_mul(cudaStream_t s, const float* a, int a_stride, const float* b, int b_stride, int b_col,
-             int n, int rows, float* out, int out_stride);
+             int n, int rows, float* out, int out_stride, Q8Vec q8 = {});  // q8: as rms_norm's
 int add(cudaStream_t s, const float* a, int a_stride, const float* b, int b_stride, int n, int rows,
         float* out, int out_stride);
 int scale(cudaStream_t s, const float* a, int a_stride, float f, int n, int rows, float* out, int out_stride);
@@ -78,20 +127,28 @@ int store_kv(cudaStream_t s, const CacheRef& c, const float* k, int k_stride, co
              const StepBuf* step, int T, int* error_flag);
 // splits > 1: positions are split over that many blocks per row and combined (decode);
 // scratch holds rows * splits * (head_dim + 2) floats.
+// q8 (when set; one token, heads * head_dim % 32 == 0): the output row is also quantized.
 int attention(cudaStream_t s, const CacheRef& c, const float* q, int q_stride, const StepBuf* step, int T,
-              int heads, float scale, int window, float* out, int out_stride, int splits, float* scratch);
+              int heads, float scale, int window, float* out, int out_stride, int splits, float* scratch,
+              Q8Vec q8 = {});
 int attention_splits(const CacheRef& c, int T);  // the split count the backend should use
 size_t attention_smem_limit();                     // called once: raises the kernels' smem limit
 
 // --- moe.cu
 int moe_route(cudaStream_t s, const float* logits, int l_stride, const float* expert_scale, int n_experts,
               int k, int rows, float* out, int out_stride);
+// Decode, one token: the router's product (logits = W x, any weight type) and moe_route in one
+// launch. counter: one device word, zero before the first launch (the kernel leaves it zero).
+int moe_router(cudaStream_t s, const WeightRef& w, const float* x, const float* expert_scale, int n_experts,
+               int k, float* logits, float* out, unsigned* counter);
 // Decode: experts read by id from the route slot (or from host_ids when not null: the debug mode
 // that routes on the host). act: rows * k * Ie floats of scratch.
+// x_q8 set (one row; both weights of a has_q8_dot type, Ie % 32 == 0): the products run on the
+// quantized x, and act is quantized into act_q8 (k * Ie values) for the down products.
 int moe_experts_decode(cudaStream_t s, const WeightRef& gate_up, const WeightRef& down, int n_experts,
                        int Ie, int H, int k, const float* x, int x_stride, const float* route,
                        int route_stride, int rows, const int* host_ids, float* act, float* out,
-                       int out_stride);
+                       int out_stride, Q8Vec x_q8 = {}, Q8Vec act_q8 = {});
 // Prefill: tokens grouped by expert on the GPU (counts, order, tile list), then grouped matmuls.
 struct MoeScratch {
   int* counts = nullptr;    // n_experts

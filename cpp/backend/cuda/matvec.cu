@@ -6,8 +6,6 @@
 // the blocks of a row stream through in order. The weight type is a template parameter: the
 // block decoding (metal/dequant.h, shared with the Metal kernels) is then inlined without a
 // run-time switch, which matters here because decode does little arithmetic per byte.
-#include <cstdlib>
-
 #include "backend/cuda/fast_dot.cuh"
 
 namespace markbase::cuda {
@@ -46,6 +44,24 @@ __global__ void __launch_bounds__(kWarps * 32) matvec_kernel(WeightRef w, int N,
   }
 }
 
+// Few rows (the MoE router: 128 rows of 2816 floats): one row per block, its 128 threads
+// striding over the row 4 weights at a time, so that the row count alone does not leave most of
+// the GPU idle (one warp per row took 10.6 us on the H200 for the router).
+constexpr int kRowBlockThreads = 128;
+
+template <int TYPE>
+__global__ void __launch_bounds__(kRowBlockThreads) matvec_row_block_kernel(WeightRef w, const float* __restrict__ x,
+                                                                            float* __restrict__ out) {
+  const int n = blockIdx.x, K = w.K;
+  const mb_u8* row = w.data + static_cast<size_t>(n) * w.row_bytes;
+  const bool vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+  float acc = 0.0f;
+#pragma unroll 4
+  for (int i = threadIdx.x * 4; i < K; i += kRowBlockThreads * 4) acc += dot4(w4<TYPE>(row, i, K), x4(x, i, K, vec));
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) out[n] = acc;
+}
+
 // The Q4_0 / Q8_0 fast path (fast_dot.cuh) for one token: G lanes share a group of R rows
 // (R rows read against one load of x), 4 warps per block.
 constexpr int kFastWarps = 4;
@@ -82,20 +98,15 @@ int launch_type(cudaStream_t s, const WeightRef& w, int N, const float* a, int a
         (reinterpret_cast<uintptr_t>(w.data) & 3) == 0) {
       const int pairs = w.K / 64;
       if (pairs < 24) return launch_fast<TYPE, 8, 2>(s, w, N, a, out);
-      // Rows per lane group: four rows share each load of x (the H200 tuning run measured 4.95
-      // ms/token on the dense comparison model with 4, 5.08 with 2, 6.45 with 1);
-      // MARKBASE_CUDA_MATVEC_ROWS=1|2|4 overrides, for measurements.
-      static const int forced = [] {
-        const char* v = std::getenv("MARKBASE_CUDA_MATVEC_ROWS");
-        return v ? std::atoi(v) : 0;
-      }();
-      const int rows = forced ? forced : 4;
-      if (rows >= 4) return launch_fast<TYPE, 32, 4>(s, w, N, a, out);
-      if (rows == 2) return launch_fast<TYPE, 32, 2>(s, w, N, a, out);
-      return launch_fast<TYPE, 32, 1>(s, w, N, a, out);
+      // Four rows share each load of x (the H200 tuning run measured 4.95 ms/token on the dense
+      // comparison model with 4, 5.08 with 2, 6.45 with 1). Default-mode decode takes the 8-bit
+      // path (matvec_q8.cu) instead; this one serves precise mode.
+      return launch_fast<TYPE, 32, 4>(s, w, N, a, out);
     }
   }
-  if (T == 1) {
+  if (T == 1 && N < 1024) {
+    matvec_row_block_kernel<TYPE><<<N, kRowBlockThreads, 0, s>>>(w, a, out);
+  } else if (T == 1) {
     matvec_kernel<TYPE, 1><<<dim3(MB_BLOCKS(N, kWarps), 1), block, 0, s>>>(w, N, a, as, T, out, os);
   } else {
     matvec_kernel<TYPE, 4><<<dim3(MB_BLOCKS(N, kWarps), MB_BLOCKS(T, 4)), block, 0, s>>>(w, N, a, as, T, out, os);

@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "backend/cuda/fast_dot.cuh"
+#include "backend/cuda/q8.cuh"
 
 namespace markbase::cuda {
 namespace {
@@ -17,17 +18,18 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kMaxHostIds = 64;
 
-// One warp per token row; p[] (the expert probabilities) in shared memory.
-__global__ void route_kernel(const float* logits, int ls, const float* scale, int E, int k, float* out, int os) {
-  extern __shared__ float p[];
-  const int t = blockIdx.x, lane = threadIdx.x;
-  const float* l = logits + static_cast<size_t>(t) * ls;
+// Routing of one token by one warp: softmax of the logits l, k rounds of arg-max, the chosen
+// weights renormalised and scaled per expert; p[] (E floats of shared memory) holds the
+// probabilities. The logits are read through L2 (__ldcg): in the fused router they were written
+// by other blocks of the same launch.
+__device__ void route_row(const float* l, const float* scale, int E, int k, float* o, float* p) {
+  const int lane = threadIdx.x & 31;
   float mx = -INFINITY;
-  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, l[e]);
+  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, __ldcg(l + e));
   mx = warp_max(mx);
   float sum = 0.0f;
   for (int e = lane; e < E; e += 32) {
-    p[e] = expf(l[e] - mx);
+    p[e] = expf(__ldcg(l + e) - mx);
     sum += p[e];
   }
   sum = warp_sum(sum);
@@ -36,7 +38,6 @@ __global__ void route_kernel(const float* logits, int ls, const float* scale, in
   __syncwarp();
   // k rounds of arg-max; ties go to the lower expert id, as the CPU's partial sort does.
   float ws = 0.0f;
-  float* o = out + static_cast<size_t>(t) * os;
   for (int j = 0; j < k; ++j) {
     float best = -1.0f;
     int bi = E;
@@ -60,6 +61,43 @@ __global__ void route_kernel(const float* logits, int ls, const float* scale, in
       const int e = static_cast<int>(o[2 * j + 1]);
       o[2 * j] = o[2 * j] / ws * (scale ? scale[e] : 1.0f);
     }
+}
+
+// One warp per token row.
+__global__ void route_kernel(const float* logits, int ls, const float* scale, int E, int k, float* out, int os) {
+  extern __shared__ float p[];
+  const int t = blockIdx.x;
+  route_row(logits + static_cast<size_t>(t) * ls, scale, E, k, out + static_cast<size_t>(t) * os, p);
+}
+
+// Decode, one token: the router's product and the routing in one launch. Block e computes logit e
+// (its 128 threads striding over the row); the last block to finish (a device counter, which it
+// resets for the next launch) routes. Saves a launch and its gap per MoE layer.
+constexpr int kRouterThreads = 128;
+constexpr int kMaxExperts = 1024;
+
+template <int TYPE>
+__global__ void __launch_bounds__(kRouterThreads) router_kernel(WeightRef w, const float* __restrict__ x,
+                                                                const float* scale, int E, int k, float* logits,
+                                                                float* out, unsigned* counter) {
+  __shared__ float p[kMaxExperts];
+  __shared__ bool last;
+  const int e = blockIdx.x, K = w.K;
+  const mb_u8* row = w.data + static_cast<size_t>(e) * w.row_bytes;
+  const bool vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+  float acc = 0.0f;
+#pragma unroll 4
+  for (int i = threadIdx.x * 4; i < K; i += kRouterThreads * 4) acc += dot4(w4<TYPE>(row, i, K), x4(x, i, K, vec));
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) {
+    logits[e] = acc;
+    __threadfence();  // the logit is visible device-wide before this block is counted
+    last = atomicAdd(counter, 1u) == static_cast<unsigned>(E - 1);
+  }
+  __syncthreads();
+  if (!last) return;
+  if (threadIdx.x < 32) route_row(logits, scale, E, k, out, p);
+  if (threadIdx.x == 0) *counter = 0;
 }
 
 struct HostIds {
@@ -136,6 +174,100 @@ __global__ void __launch_bounds__(kWarps * 32) down_kernel(WeightRef w, int E, i
   if ((threadIdx.x & 31) == 0) out[static_cast<size_t>(t) * os + h] = acc;
 }
 
+// Default mode, one token, on the quantized x (q8.cuh). grid: (Ie / kPairs, k); a block of 128
+// threads computes kPairs gate rows and the matching up rows of expert slot j, all threads
+// striding over the units of the rows, each x unit loaded once for the 2 kPairs rows.
+constexpr int kQ8Threads = 128;
+constexpr int kPairs = 2;
+
+template <int TYPE>
+__global__ void __launch_bounds__(kQ8Threads) gate_up_q8_kernel(WeightRef w, int E, int Ie, int k, Q8Vec x,
+                                                                 const float* route, HostIds hid, float* act) {
+  constexpr int R = 2 * kPairs;
+  const int r0 = blockIdx.x * kPairs, j = blockIdx.y;
+  const int e = expert_of(route, 0, 0, j, E, hid, k);
+  const mb_u8* base = w.data + static_cast<size_t>(e) * w.expert_bytes;
+  const mb_u8* rows[R];
+#pragma unroll
+  for (int p = 0; p < kPairs; ++p) {
+    const int r = min(r0 + p, Ie - 1);
+    rows[2 * p] = base + static_cast<size_t>(r) * w.row_bytes;
+    rows[2 * p + 1] = base + static_cast<size_t>(Ie + r) * w.row_bytes;
+  }
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  const int units = w.K / 16;
+  for (int u = threadIdx.x; u < units; u += kQ8Threads) {
+    const XUnit xu = load_x_unit<TYPE>(x.q, x.d, u);
+    WUnit wu[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) wu[r] = load_w_unit<TYPE>(rows[r], u);
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] += unit_dot<TYPE>(wu[r], xu);
+  }
+  __shared__ float part[kQ8Threads / 32][R];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float v = warp_sum(acc[r]);
+    if (lane == 0) part[warp][r] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x < kPairs && r0 + static_cast<int>(threadIdx.x) < Ie) {
+    float g = 0.0f, u = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kQ8Threads / 32; ++i) {
+      g += part[i][2 * threadIdx.x];
+      u += part[i][2 * threadIdx.x + 1];
+    }
+    act[static_cast<size_t>(j) * Ie + r0 + threadIdx.x] = mb_gelu_tanh(g) * u;
+  }
+}
+
+// grid: H / kDownRows; a block computes kDownRows output rows over all k experts (the units of
+// the k expert rows are concatenated), weighting each expert's part by its route weight, so the
+// weighted sum needs no second pass and no atomics.
+constexpr int kDownRows = 2;
+
+template <int TYPE>
+__global__ void __launch_bounds__(kQ8Threads) down_q8_kernel(WeightRef w, int E, int Ie, int H, int k,
+                                                              const float* route, HostIds hid, Q8Vec act,
+                                                              float* out) {
+  const int h0 = blockIdx.x * kDownRows;
+  const int upe = Ie / 16;  // units per expert row
+  float acc[kDownRows];
+#pragma unroll
+  for (int r = 0; r < kDownRows; ++r) acc[r] = 0.0f;
+  for (int u = threadIdx.x; u < k * upe; u += kQ8Threads) {
+    const int j = u / upe, uu = u - j * upe;
+    const int e = expert_of(route, 0, 0, j, E, hid, k);
+    const float wgt = route[2 * j];
+    const XUnit xu = load_x_unit<TYPE>(act.q + static_cast<size_t>(j) * Ie, act.d + static_cast<size_t>(j) * (Ie / 32), uu);
+    const mb_u8* base = w.data + static_cast<size_t>(e) * w.expert_bytes;
+    WUnit wu[kDownRows];
+#pragma unroll
+    for (int r = 0; r < kDownRows; ++r)
+      wu[r] = load_w_unit<TYPE>(base + static_cast<size_t>(min(h0 + r, H - 1)) * w.row_bytes, uu);
+#pragma unroll
+    for (int r = 0; r < kDownRows; ++r) acc[r] += wgt * unit_dot<TYPE>(wu[r], xu);
+  }
+  __shared__ float part[kQ8Threads / 32][kDownRows];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int r = 0; r < kDownRows; ++r) {
+    const float v = warp_sum(acc[r]);
+    if (lane == 0) part[warp][r] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x < kDownRows && h0 + static_cast<int>(threadIdx.x) < H) {
+    float v = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kQ8Threads / 32; ++i) v += part[i][threadIdx.x];
+    out[h0 + threadIdx.x] = v;
+  }
+}
+
 // One block: entries (t, j) sorted by expert, and the tile list of the grouped matmuls.
 __global__ void group_kernel(const float* route, int rs, int rows, int k, int E, int* counts, int* order,
                              int* tiles, int* n_tiles) {
@@ -198,11 +330,25 @@ int moe_route(cudaStream_t s, const float* logits, int ls, const float* scale, i
 
 int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn, int E, int Ie, int H, int k,
                        const float* x, int xs, const float* route, int rs, int rows, const int* host_ids,
-                       float* act, float* out, int os) {
+                       float* act, float* out, int os, Q8Vec x_q8, Q8Vec act_q8) {
   HostIds hid{};
   if (host_ids) {
     hid.n = std::min(rows * k, kMaxHostIds);
     std::copy(host_ids, host_ids + hid.n, hid.ids);
+  }
+  if (x_q8.q) {  // the backend checked: one row, gu.type == dn.type, has_q8_dot, Ie % 32 == 0
+    const dim3 gu_grid(MB_BLOCKS(Ie, kPairs), k);
+    const unsigned dn_blocks = MB_BLOCKS(H, kDownRows);
+    if (gu.type == MB_Q4_0) {
+      gate_up_q8_kernel<MB_Q4_0><<<gu_grid, kQ8Threads, 0, s>>>(gu, E, Ie, k, x_q8, route, hid, act);
+      quantize_q8(s, act, 0, k * Ie, 1, act_q8, 0);
+      down_q8_kernel<MB_Q4_0><<<dn_blocks, kQ8Threads, 0, s>>>(dn, E, Ie, H, k, route, hid, act_q8, out);
+    } else {
+      gate_up_q8_kernel<MB_Q8_0><<<gu_grid, kQ8Threads, 0, s>>>(gu, E, Ie, k, x_q8, route, hid, act);
+      quantize_q8(s, act, 0, k * Ie, 1, act_q8, 0);
+      down_q8_kernel<MB_Q8_0><<<dn_blocks, kQ8Threads, 0, s>>>(dn, E, Ie, H, k, route, hid, act_q8, out);
+    }
+    return 3;
   }
   const dim3 block(kWarps * 32);
   // fast_dot.cuh needs 16-byte aligned activation rows and 4-byte aligned weight rows
@@ -222,6 +368,16 @@ int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn,
   MB_TYPE_DISPATCH(dn.type, MB_DOWN)
 #undef MB_DOWN
   return 2;
+}
+
+int moe_router(cudaStream_t s, const WeightRef& w, const float* x, const float* scale, int E, int k,
+               float* logits, float* out, unsigned* counter) {
+#define MB_ROUTER(T)                                                                                      \
+  router_kernel<T><<<E, kRouterThreads, 0, s>>>(w, x, scale, E, k, logits, out, counter);                \
+  return 1;
+  MB_TYPE_DISPATCH(w.type, MB_ROUTER)
+#undef MB_ROUTER
+  return 0;
 }
 
 int moe_max_tiles(int rows, int k, int E) { return (rows * k + kMatmulBM - 1) / kMatmulBM + E; }

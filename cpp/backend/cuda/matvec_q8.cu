@@ -1,0 +1,97 @@
+// Decode matrix-vector products on 8-bit activations (q8.cuh), and the quantization of a vector.
+//
+// Layout: a block of 4 warps computes R rows; its 128 threads stride over the rows' units (half
+// weight blocks), each thread loading the activation unit once for all R rows and two units'
+// loads before the first use, so that enough bytes are in flight per SM to run at DRAM speed.
+// One launch may serve several weights that read the same vector (q/k/v, gate/up): their rows
+// are concatenated in the grid, each block staying within one weight.
+#include "backend/cuda/q8.cuh"
+
+namespace markbase::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kRows = 2;  // rows per block: each activation unit load serves both
+
+// One row of `n` values per blockIdx.y; 32 consecutive values per warp (one q8 block).
+__global__ void quantize_q8_kernel(const float* a, int as, int n, Q8Vec q, int qs) {
+  const int row = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
+  const float v = j < n ? a[static_cast<size_t>(row) * as + j] : 0.0f;
+  const Q8Vec qr{q.q + static_cast<size_t>(row) * qs, q.d + static_cast<size_t>(row) * (qs / 32)};
+  q8_store_warp(v, j, j < n, qr);
+}
+
+template <int TYPE, int R>
+__global__ void __launch_bounds__(kThreads) matvec_q8_kernel(MatvecJobs jobs, Q8Vec x, int K) {
+  const int first = blockIdx.x * R;
+  WeightRef w;
+  int n = 0, n0 = 0;
+  float* out = nullptr;
+#pragma unroll
+  for (int i = 0; i < kMaxMatvecJobs; ++i)  // constant indices: the jobs stay in parameter space
+    if (i < jobs.count && first >= jobs.row0[i] && first < jobs.row0[i + 1]) {
+      w = jobs.w[i];
+      n = jobs.n[i];
+      n0 = first - jobs.row0[i];
+      out = jobs.out[i];
+    }
+  const mb_u8* rows[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) rows[r] = w.data + static_cast<size_t>(min(n0 + r, n - 1)) * w.row_bytes;
+  const int units = K / 16;
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  for (int u = threadIdx.x; u < units; u += 2 * kThreads) {
+    const int u2 = u + kThreads;
+    const bool two = u2 < units;
+    const XUnit xa = load_x_unit<TYPE>(x.q, x.d, u);
+    const XUnit xb = load_x_unit<TYPE>(x.q, x.d, two ? u2 : u);
+    WUnit wa[R], wb[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      wa[r] = load_w_unit<TYPE>(rows[r], u);
+      wb[r] = load_w_unit<TYPE>(rows[r], two ? u2 : u);
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] += unit_dot<TYPE>(wa[r], xa) + (two ? unit_dot<TYPE>(wb[r], xb) : 0.0f);
+  }
+  __shared__ float part[kThreads / 32][R];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float s = warp_sum(acc[r]);
+    if (lane == 0) part[warp][r] = s;
+  }
+  __syncthreads();
+  if (threadIdx.x < R && n0 + static_cast<int>(threadIdx.x) < n) {
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kThreads / 32; ++i) s += part[i][threadIdx.x];
+    out[n0 + threadIdx.x] = s;
+  }
+}
+
+}  // namespace
+
+int quantize_q8(cudaStream_t s, const float* a, int a_stride, int n, int rows, Q8Vec q, int q_stride) {
+  quantize_q8_kernel<<<dim3(MB_BLOCKS(n, 256), rows), 256, 0, s>>>(a, a_stride, n, q, q_stride);
+  return 1;
+}
+
+int matvec_q8(cudaStream_t s, MatvecJobs jobs, Q8Vec x, int K) {
+  int rows = 0;
+  for (int i = 0; i < jobs.count; ++i) {
+    jobs.row0[i] = rows;
+    rows += (jobs.n[i] + kRows - 1) / kRows * kRows;  // a block never spans two weights
+  }
+  jobs.row0[jobs.count] = rows;
+  const unsigned blocks = rows / kRows;
+  switch (jobs.w[0].type) {
+    case MB_Q4_0: matvec_q8_kernel<MB_Q4_0, kRows><<<blocks, kThreads, 0, s>>>(jobs, x, K); return 1;
+    case MB_Q8_0: matvec_q8_kernel<MB_Q8_0, kRows><<<blocks, kThreads, 0, s>>>(jobs, x, K); return 1;
+  }
+  return 0;  // the backend checks has_q8_dot() first
+}
+
+}  // namespace markbase::cuda

@@ -1,0 +1,101 @@
+// Decode products on 8-bit activations (default mode only; precise mode keeps float32
+// activations): a vector is quantized once per step into blocks of 32 int8 values with one float
+// scale (Q8Vec), and every product that reads it (q/k/v, gate/up, the experts, the head) dots the
+// weights' integer codes with those bytes four at a time (dp4a), as llama.cpp's MMVQ does. Against
+// the float path this cuts the instructions and the L1 traffic per weight byte several times over,
+// which is what kept the float kernels far under DRAM speed on the H200.
+//
+// Work unit: half a weight block (16 weights) of one row. Q4_0 half-block h of block b holds
+// weights 8h..8h+7 in the low nibbles of qs bytes 8h..8h+7 and weights 16+8h..16+8h+7 in their
+// high nibbles; Q8_0 half-block h is qs bytes 16h..16h+15. Block layouts are GGML's
+// (metal/dequant.h decodes the same bytes to floats); rows and blocks are 2-byte aligned, so the
+// codes are read as 16-bit words.
+#pragma once
+#include "backend/cuda/common.cuh"
+
+namespace markbase::cuda {
+
+// Quantizes v into block j / 32 (the 32 lanes of the calling warp hold values j0 .. j0 + 31 of
+// one block, j0 % 32 == 0, lane order); every lane must call, with v = 0 past the end. Lanes
+// with store == false take part in the block's maximum but write nothing.
+__device__ __forceinline__ void q8_store_warp(float v, int j, bool store, const Q8Vec& q) {
+  const float amax = warp_max(fabsf(v));
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  if (store) {
+    q.q[j] = static_cast<signed char>(__float2int_rn(v * inv));
+    if ((j & 31) == 0) q.d[j >> 5] = amax / 127.0f;
+  }
+}
+
+// The activation side of one unit: 16 int8 values as 4 words, the block's scale, and (Q4_0)
+// their sum, which carries the codes' offset of 8.
+struct XUnit {
+  int v[4];
+  float d;
+  int sum;
+};
+
+template <int TYPE>
+__device__ __forceinline__ XUnit load_x_unit(const signed char* q, const float* d, int u) {
+  XUnit x;
+  const int b = u >> 1, h = u & 1;
+  x.d = __ldg(d + b);
+  if constexpr (TYPE == MB_Q4_0) {
+    const int2 lo = __ldg(reinterpret_cast<const int2*>(q + 32 * b + 8 * h));
+    const int2 hi = __ldg(reinterpret_cast<const int2*>(q + 32 * b + 16 + 8 * h));
+    x.v[0] = lo.x; x.v[1] = lo.y; x.v[2] = hi.x; x.v[3] = hi.y;
+    x.sum = __dp4a(0x01010101, x.v[0], __dp4a(0x01010101, x.v[1],
+            __dp4a(0x01010101, x.v[2], __dp4a(0x01010101, x.v[3], 0))));
+  } else {
+    const int4 a = __ldg(reinterpret_cast<const int4*>(q + 32 * b + 16 * h));
+    x.v[0] = a.x; x.v[1] = a.y; x.v[2] = a.z; x.v[3] = a.w;
+    x.sum = 0;
+  }
+  return x;
+}
+
+// The weight side of one unit: the block's scale (as f16 bits) and 4 words of codes.
+struct WUnit {
+  unsigned short d;
+  unsigned w[4];
+};
+
+__device__ __forceinline__ unsigned ld_u32_from_u16(const unsigned short* p) {
+  return static_cast<unsigned>(__ldg(p)) | (static_cast<unsigned>(__ldg(p + 1)) << 16);
+}
+
+template <int TYPE>
+__device__ __forceinline__ WUnit load_w_unit(const mb_u8* row, int u) {
+  WUnit w;
+  const int b = u >> 1, h = u & 1;
+  if constexpr (TYPE == MB_Q4_0) {
+    const unsigned short* p = reinterpret_cast<const unsigned short*>(row + 18 * b);
+    w.d = __ldg(p);
+    w.w[0] = ld_u32_from_u16(p + 1 + 4 * h);
+    w.w[1] = ld_u32_from_u16(p + 3 + 4 * h);
+  } else {
+    const unsigned short* p = reinterpret_cast<const unsigned short*>(row + 34 * b);
+    w.d = __ldg(p);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w.w[i] = ld_u32_from_u16(p + 1 + 8 * h + 2 * i);
+  }
+  return w;
+}
+
+// dot(weights of the unit, activations of the unit), in float.
+template <int TYPE>
+__device__ __forceinline__ float unit_dot(const WUnit& w, const XUnit& x) {
+  int s;
+  if constexpr (TYPE == MB_Q4_0) {
+    const unsigned m = 0x0F0F0F0Fu;
+    s = __dp4a(static_cast<int>(w.w[0] & m), x.v[0], __dp4a(static_cast<int>(w.w[1] & m), x.v[1], 0));
+    s = __dp4a(static_cast<int>((w.w[0] >> 4) & m), x.v[2], __dp4a(static_cast<int>((w.w[1] >> 4) & m), x.v[3], s));
+    s -= 8 * x.sum;
+  } else {
+    s = __dp4a(static_cast<int>(w.w[0]), x.v[0], __dp4a(static_cast<int>(w.w[1]), x.v[1], 0));
+    s = __dp4a(static_cast<int>(w.w[2]), x.v[2], __dp4a(static_cast<int>(w.w[3]), x.v[3], s));
+  }
+  return __half2float(__ushort_as_half(w.d)) * x.d * static_cast<float>(s);
+}
+
+}  // namespace markbase::cuda

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "backend/backend.h"
+#include "backend/cpu/attention.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/quant_dot.h"
@@ -228,38 +229,24 @@ class CpuBackend : public Backend {
   void attention(const Graph& g, const Op& op, const Step& step, CpuCaches& kv, const float* q,
                  int qs, float* out, int os) {
     const CacheDesc& c = kv.desc[op.layer];
-    const int d = op.group, group = op.heads / op.kv_heads;
-    pool_.parallel_for(static_cast<int64_t>(g.T) * op.heads, 1, [&](int64_t i0, int64_t i1) {
-      thread_local std::vector<float> sc;
-      for (int64_t i = i0; i < i1; ++i) {
-        const int t = static_cast<int>(i / op.heads), h = static_cast<int>(i % op.heads);
-        const int kvh = h / group;
-        const int pos = step.pos0 + t;
-        const int first = op.window > 0 ? std::max(0, pos - op.window + 1) : 0;
-        const int n = pos - first + 1;
-        sc.resize(n);
-        const float* qv = q + t * qs + h * d;
-        const size_t head_off = static_cast<size_t>(kvh) * c.capacity * d;
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int j = 0; j < n; ++j) {
-          const size_t off = head_off + static_cast<size_t>(cache_slot(c, first + j)) * d;
-          const float s = (kv.f16 ? cpu::dot_f16(qv, &kv.k16[op.layer][off], d)
-                                  : cpu::dot_f32(qv, &kv.k32[op.layer][off], d)) * op.f;
-          sc[j] = s;
-          mx = std::max(mx, s);
-        }
-        float sum = 0.0f;
-        for (int j = 0; j < n; ++j) { sc[j] = std::exp(sc[j] - mx); sum += sc[j]; }
-        const float inv = 1.0f / sum;
-        float* y = out + t * os + h * d;
-        std::fill(y, y + d, 0.0f);
-        for (int j = 0; j < n; ++j) {
-          const size_t off = head_off + static_cast<size_t>(cache_slot(c, first + j)) * d;
-          if (kv.f16) cpu::axpy_f16(sc[j] * inv, &kv.v16[op.layer][off], y, d);
-          else cpu::axpy_f32(sc[j] * inv, &kv.v32[op.layer][off], y, d);
-        }
-      }
-    });
+    cpu::AttentionArgs args;
+    args.q = q;
+    args.q_stride = qs;
+    args.out = out;
+    args.out_stride = os;
+    args.T = g.T;
+    args.pos0 = step.pos0;
+    args.heads = op.heads;
+    args.kv_heads = op.kv_heads;
+    args.d = op.group;
+    args.window = op.window;
+    args.scale = op.f;
+    args.f16 = kv.f16;
+    args.k = kv.f16 ? static_cast<const void*>(kv.k16[op.layer].data()) : kv.k32[op.layer].data();
+    args.v = kv.f16 ? static_cast<const void*>(kv.v16[op.layer].data()) : kv.v32[op.layer].data();
+    args.capacity = c.capacity;
+    args.ring = c.ring;
+    cpu::attention(pool_, args);
   }
 
   // softmax over all experts, top-k, renormalise, times the per-expert scale.

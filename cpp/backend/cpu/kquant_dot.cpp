@@ -20,7 +20,61 @@ bool has_q8k_dot(TensorType t) {
 
 // As llama.cpp's quantize_row_q8_K: the scale comes from the signed value of largest magnitude,
 // values round half to even and clip at 127.
+namespace {
+#ifdef MARKBASE_X86
+// quantize_act_q8k with 8 lanes: the same element picked for the scale (the first of largest
+// magnitude), the same float products and rounding, so the same bytes.
+__attribute__((target("avx2,fma"))) void quantize_act_q8k_avx2(const float* x, BlockQ8K* out, int64_t n) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < n / 256; ++b, x += 256) {
+    __m256 mx = _mm256_setzero_ps();
+    for (int j = 0; j < 256; j += 8) mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    BlockQ8K& o = out[b];
+    if (amax == 0.0f) {
+      std::memset(&o, 0, sizeof(o));
+      continue;
+    }
+    float max = 0.0f;
+    const __m256 va = _mm256_set1_ps(amax);
+    for (int j = 0; j < 256; j += 8) {
+      const int m = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), va, _CMP_EQ_OQ));
+      if (m) { max = x[j + __builtin_ctz(static_cast<unsigned>(m))]; break; }
+    }
+    const float iscale = -127.0f / max;
+    const __m256 vs = _mm256_set1_ps(iscale);
+    const __m256i lim = _mm256_set1_epi32(127);
+    for (int j = 0; j < 256; j += 32) {
+      __m256i q[4];
+      for (int k = 0; k < 4; ++k)
+        q[k] = _mm256_min_epi32(lim, _mm256_cvtps_epi32(_mm256_round_ps(
+                   _mm256_mul_ps(vs, _mm256_loadu_ps(x + j + 8 * k)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+      // bsums of the two 16-value groups: lanes of q[0] + q[1] and of q[2] + q[3]
+      for (int h = 0; h < 2; ++h) {
+        const __m256i s = _mm256_add_epi32(q[2 * h], q[2 * h + 1]);
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+        o.bsums[j / 16 + h] = static_cast<int16_t>(_mm_cvtsi128_si32(s4));
+      }
+      const __m256i p8 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.qs + j),
+                          _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    }
+    o.d = 1.0f / iscale;
+  }
+}
+#endif
+}  // namespace
+
 void quantize_act_q8k(const float* x, BlockQ8K* out, int64_t n) {
+#ifdef MARKBASE_X86
+  static const bool avx2 = std::strcmp(simd_path(), "avx2") == 0;
+  if (avx2) return quantize_act_q8k_avx2(x, out, n);
+#endif
   for (int64_t b = 0; b < n / 256; ++b, x += 256) {
     float amax = 0.0f, max = 0.0f;
     for (int j = 0; j < 256; ++j)
@@ -236,37 +290,9 @@ KAVX2 float dot_q8k_avx2(const UnpackedK* w, const BlockQ8K* a, int64_t nb) {
   return hsum8k(acc);
 }
 
-// Four activation rows against one unpacked weight row; each result equals dot_q8k_avx2's.
-KAVX2 void dot_q8k_x4_avx2(const UnpackedK* w, const BlockQ8K* a, int64_t stride, int64_t nb, float* out) {
-  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-  for (int64_t i = 0; i < nb; ++i) {
-    __m256i sum[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
-                      _mm256_setzero_si256()};
-    for (int g = 0; g < 16; g += 2) {
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].q + g * 16));
-      const __m256i ax = _mm256_sign_epi8(x, x);
-      const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(w[i].scale[g + 1]), _mm_set1_epi16(w[i].scale[g]));
-      for (int t = 0; t < 4; ++t) {
-        const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t * stride + i].qs + g * 16));
-        const __m256i p16 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, x));
-        sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(p16, sc));
-      }
-    }
-    for (int t = 0; t < 4; ++t) acc[t] = kblock_acc(w[i], a[t * stride + i], sum[t], acc[t]);
-  }
-  for (int t = 0; t < 4; ++t) out[t] = hsum8k(acc[t]);
-}
 #endif
 
 }  // namespace
-
-void dot_q8k_x4(const UnpackedK* w, const BlockQ8K* a, int64_t stride, int64_t nb, float* out) {
-#ifdef MARKBASE_X86
-  static const bool avx2 = std::strcmp(simd_path(), "avx2") == 0;
-  if (avx2) return dot_q8k_x4_avx2(w, a, stride, nb, out);
-#endif
-  for (int t = 0; t < 4; ++t) out[t] = dot_q8k_portable(w, a + t * stride, nb);
-}
 
 float dot_q8k(const UnpackedK* w, const BlockQ8K* a, int64_t nb) {
 #ifdef MARKBASE_X86

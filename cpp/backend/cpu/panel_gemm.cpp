@@ -1,0 +1,345 @@
+#include "backend/cpu/panel_gemm.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "formats/half.h"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define MARKBASE_X86 1
+#endif
+
+namespace markbase::cpu {
+namespace {
+
+// How a 32-block type's values are kept in a panel: unsigned with a bias that the integer sum
+// takes away (bias * sum of the activations), or signed (Q8_0, whose values fill the byte).
+struct Kind32 {
+  bool is_signed;
+  int bias;
+};
+
+Kind32 kind32(TensorType t) {
+  switch (t) {
+    case TensorType::Q8_0: return {true, 0};
+    case TensorType::Q4_0: return {false, 8};
+    case TensorType::Q5_0: return {false, 16};
+    default: return {false, 0};  // Q4_1, Q5_1: unsigned values, float mins
+  }
+}
+
+// Block i of a row as 32 stored values (the panel's representation), its scale and min.
+void unpack32(TensorType t, const uint8_t* row, int64_t i, uint8_t* v, float* d, float* m) {
+  *m = 0.0f;
+  auto q5 = [&](const uint8_t* qs, const uint8_t* qhb) {
+    uint32_t qh;
+    std::memcpy(&qh, qhb, 4);
+    for (int j = 0; j < 16; ++j) {
+      v[j] = static_cast<uint8_t>((qs[j] & 15) | (((qh >> j) & 1) << 4));
+      v[j + 16] = static_cast<uint8_t>((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
+    }
+  };
+  switch (t) {
+    case TensorType::Q8_0: {
+      const block_q8_0& b = reinterpret_cast<const block_q8_0*>(row)[i];
+      std::memcpy(v, b.qs, 32);
+      *d = fp16_to_fp32(b.d);
+      return;
+    }
+    case TensorType::Q4_0: {
+      const block_q4_0& b = reinterpret_cast<const block_q4_0*>(row)[i];
+      for (int j = 0; j < 16; ++j) { v[j] = b.qs[j] & 15; v[j + 16] = b.qs[j] >> 4; }
+      *d = fp16_to_fp32(b.d);
+      return;
+    }
+    case TensorType::Q4_1: {
+      const block_q4_1& b = reinterpret_cast<const block_q4_1*>(row)[i];
+      for (int j = 0; j < 16; ++j) { v[j] = b.qs[j] & 15; v[j + 16] = b.qs[j] >> 4; }
+      *d = fp16_to_fp32(b.d);
+      *m = fp16_to_fp32(b.m);
+      return;
+    }
+    case TensorType::Q5_0: {
+      const block_q5_0& b = reinterpret_cast<const block_q5_0*>(row)[i];
+      q5(b.qs, b.qh);
+      *d = fp16_to_fp32(b.d);
+      return;
+    }
+    case TensorType::Q5_1: {
+      const block_q5_1& b = reinterpret_cast<const block_q5_1*>(row)[i];
+      q5(b.qs, b.qh);
+      *d = fp16_to_fp32(b.d);
+      *m = fp16_to_fp32(b.m);
+      return;
+    }
+    default: std::abort();
+  }
+}
+
+// ---- portable kernels: the reference for the SIMD ones (same integers, same float formula).
+
+void gemm32_portable(TensorType ty, const Panel32* p, int64_t nb, const BlockQ8* a, int64_t as, int T,
+                     float* out, int64_t os, int nrows) {
+  const Kind32 k = kind32(ty);
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < nrows; ++r) {
+      float acc = 0.0f;
+      for (int64_t i = 0; i < nb; ++i) {
+        const BlockQ8& y = a[t * as + i];
+        int32_t s = 0;
+        for (int c = 0; c < 32; ++c) {
+          const uint8_t q = p[i].q[(c / 4) * 32 + r * 4 + c % 4];
+          s += (k.is_signed ? static_cast<int32_t>(static_cast<int8_t>(q)) : static_cast<int32_t>(q)) * y.qs[c];
+        }
+        s -= k.bias * y.sum;
+        acc += p[i].d[r] * y.d * static_cast<float>(s) + p[i].m[r] * y.d * static_cast<float>(y.sum);
+      }
+      out[t * os + r] = acc;
+    }
+}
+
+void gemmk_portable(TensorType ty, const PanelK* p, int64_t nb, const BlockQ8K* a, int64_t as, int T,
+                    float* out, int64_t os, int nrows) {
+  const bool q6 = ty == TensorType::Q6_K;
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < nrows; ++r) {
+      float acc = 0.0f;
+      for (int64_t i = 0; i < nb; ++i) {
+        const BlockQ8K& y = a[t * as + i];
+        int32_t sumi = 0, summ = 0;
+        for (int s = 0; s < 16; ++s) {
+          int32_t g = 0;
+          for (int c = 16 * s; c < 16 * s + 16; ++c)
+            g += static_cast<int32_t>(p[i].q[(c / 4) * 32 + r * 4 + c % 4]) * y.qs[c];
+          sumi += g * p[i].sc[s][r][0];
+          summ += static_cast<int32_t>(p[i].mn[s / 2][r][s % 2]) * y.bsums[s];
+        }
+        // Q6_K's offset (mn = 32 sc, dmin = d) is taken away in integers, exactly.
+        if (q6) acc += p[i].d[r] * y.d * static_cast<float>(sumi - summ);
+        else acc += p[i].d[r] * y.d * static_cast<float>(sumi) - p[i].dmin[r] * y.d * static_cast<float>(summ);
+      }
+      out[t * os + r] = acc;
+    }
+}
+
+#ifdef MARKBASE_X86
+#define PAVX2 __attribute__((target("avx2,fma")))
+
+PAVX2 inline __m256i bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+PAVX2 inline void store_rows(float* out, __m256 v, int nrows) {
+  if (nrows == kPanelRows) {
+    _mm256_storeu_ps(out, v);
+  } else {
+    alignas(32) float tmp[kPanelRows];
+    _mm256_store_ps(tmp, v);
+    std::memcpy(out, tmp, nrows * sizeof(float));
+  }
+}
+
+// NT tokens (1..4) x 8 rows. Unsigned values: the four value groups of a half block are summed
+// in 16 bits (31 * 127 * 2 * 4 < 32767) before one widening multiply-add; signed (Q8_0) values
+// use |w| and sign-adjusted activations and widen every product (|w| * |y| * 2 fills 16 bits).
+template <int NT, bool SIGNED>
+PAVX2 void gemm32_avx2_nt(const Panel32* p, int64_t nb, const BlockQ8* a, int64_t as, int bias, bool mins,
+                          float* out, int64_t os, int nrows) {
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t i = 0; i < nb; ++i) {
+    const Panel32& b = p[i];
+    __m256i isum[NT];
+    for (int h = 0; h < 2; ++h) {
+      __m256i w[4];
+      for (int j = 0; j < 4; ++j) w[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.q + (4 * h + j) * 32));
+      for (int t = 0; t < NT; ++t) {
+        const int8_t* y = a[t * as + i].qs + 16 * h;
+        __m256i s32;
+        if constexpr (SIGNED) {
+          s32 = _mm256_setzero_si256();
+          for (int j = 0; j < 4; ++j) {
+            const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w[j], w[j]), _mm256_sign_epi8(bcast4(y + 4 * j), w[j]));
+            s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(p16, ones));
+          }
+        } else {
+          const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(w[0], bcast4(y)), _mm256_maddubs_epi16(w[1], bcast4(y + 4)));
+          const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(w[2], bcast4(y + 8)), _mm256_maddubs_epi16(w[3], bcast4(y + 12)));
+          s32 = _mm256_madd_epi16(_mm256_add_epi16(p01, p23), ones);
+        }
+        isum[t] = h == 0 ? s32 : _mm256_add_epi32(isum[t], s32);
+      }
+    }
+    const __m256 d = _mm256_loadu_ps(b.d);
+    for (int t = 0; t < NT; ++t) {
+      const BlockQ8& y = a[t * as + i];
+      if (bias) isum[t] = _mm256_sub_epi32(isum[t], _mm256_set1_epi32(bias * y.sum));
+      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(y.d)), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+      if (mins) acc[t] = _mm256_fmadd_ps(_mm256_loadu_ps(b.m), _mm256_set1_ps(y.d * static_cast<float>(y.sum)), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) store_rows(out + t * os, acc[t], nrows);
+}
+
+template <bool SIGNED>
+PAVX2 void gemm32_avx2(const Panel32* p, int64_t nb, const BlockQ8* a, int64_t as, int T, int bias, bool mins,
+                       float* out, int64_t os, int nrows) {
+  int t = 0;
+  for (; t + 4 <= T; t += 4) gemm32_avx2_nt<4, SIGNED>(p, nb, a + t * as, as, bias, mins, out + t * os, os, nrows);
+  switch (T - t) {
+    case 3: gemm32_avx2_nt<3, SIGNED>(p, nb, a + t * as, as, bias, mins, out + t * os, os, nrows); break;
+    case 2: gemm32_avx2_nt<2, SIGNED>(p, nb, a + t * as, as, bias, mins, out + t * os, os, nrows); break;
+    case 1: gemm32_avx2_nt<1, SIGNED>(p, nb, a + t * as, as, bias, mins, out + t * os, os, nrows); break;
+    default: break;
+  }
+}
+
+// NT tokens x 8 rows of a K-quant super-block. Sub-group s (16 values) is four value groups,
+// summed in 16 bits and widened by a multiply-add with the rows' scales; Q6_K's values reach 63,
+// so only two of its products share 16 bits.
+template <int NT, bool Q6>
+PAVX2 void gemmk_avx2_nt(const PanelK* p, int64_t nb, const BlockQ8K* a, int64_t as, float* out, int64_t os,
+                         int nrows) {
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const PanelK& b = p[i];
+    __m256i isum[NT];
+    for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+    for (int s = 0; s < 16; ++s) {
+      __m256i w[4];
+      for (int j = 0; j < 4; ++j) w[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.q + (4 * s + j) * 32));
+      const __m256i sc = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.sc[s]));
+      for (int t = 0; t < NT; ++t) {
+        const int8_t* y = a[t * as + i].qs + 16 * s;
+        const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(w[0], bcast4(y)), _mm256_maddubs_epi16(w[1], bcast4(y + 4)));
+        const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(w[2], bcast4(y + 8)), _mm256_maddubs_epi16(w[3], bcast4(y + 12)));
+        if constexpr (Q6) {
+          isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_madd_epi16(p01, sc), _mm256_madd_epi16(p23, sc)));
+        } else {
+          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_add_epi16(p01, p23), sc));
+        }
+      }
+    }
+    const __m256 d = _mm256_loadu_ps(b.d), dmin = _mm256_loadu_ps(b.dmin);
+    for (int t = 0; t < NT; ++t) {
+      const BlockQ8K& y = a[t * as + i];
+      __m256i msum = _mm256_setzero_si256();
+      for (int q = 0; q < 8; ++q) {
+        int32_t pair;
+        std::memcpy(&pair, &y.bsums[2 * q], 4);
+        msum = _mm256_add_epi32(msum, _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.mn[q])),
+                                                        _mm256_set1_epi32(pair)));
+      }
+      const __m256 da = _mm256_set1_ps(y.d);
+      if constexpr (Q6) {
+        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[t], msum)), acc[t]);
+      } else {
+        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+        acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, da), _mm256_cvtepi32_ps(msum), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) store_rows(out + t * os, acc[t], nrows);
+}
+
+template <bool Q6>
+PAVX2 void gemmk_avx2(const PanelK* p, int64_t nb, const BlockQ8K* a, int64_t as, int T, float* out, int64_t os,
+                      int nrows) {
+  int t = 0;
+  for (; t + 4 <= T; t += 4) gemmk_avx2_nt<4, Q6>(p, nb, a + t * as, as, out + t * os, os, nrows);
+  switch (T - t) {
+    case 3: gemmk_avx2_nt<3, Q6>(p, nb, a + t * as, as, out + t * os, os, nrows); break;
+    case 2: gemmk_avx2_nt<2, Q6>(p, nb, a + t * as, as, out + t * os, os, nrows); break;
+    case 1: gemmk_avx2_nt<1, Q6>(p, nb, a + t * as, as, out + t * os, os, nrows); break;
+    default: break;
+  }
+}
+#endif
+
+bool use_avx2() {
+  static const bool avx2 = std::strcmp(simd_path(), "avx2") == 0;
+  return avx2;
+}
+
+}  // namespace
+
+bool has_panel32(TensorType t) {
+  return t == TensorType::Q8_0 || t == TensorType::Q4_0 || t == TensorType::Q4_1 ||
+         t == TensorType::Q5_0 || t == TensorType::Q5_1;
+}
+
+bool has_panelk(TensorType t) { return has_q8k_dot(t); }
+
+void pack_panel32(TensorType t, const uint8_t* rows, size_t row_bytes, int nrows, int64_t nb, Panel32* out) {
+  for (int64_t i = 0; i < nb; ++i) {
+    Panel32& p = out[i];
+    for (int r = 0; r < kPanelRows; ++r) {
+      uint8_t v[32];
+      if (r < nrows) {
+        unpack32(t, rows + r * row_bytes, i, v, &p.d[r], &p.m[r]);
+      } else {
+        std::memset(v, 0, sizeof(v));
+        p.d[r] = p.m[r] = 0.0f;
+      }
+      for (int g = 0; g < 8; ++g) std::memcpy(&p.q[g * 32 + r * 4], v + 4 * g, 4);
+    }
+  }
+}
+
+void pack_panelk(TensorType t, const uint8_t* rows, size_t row_bytes, int nrows, int64_t nb, PanelK* out) {
+  thread_local std::vector<UnpackedK> u;
+  if (static_cast<int64_t>(u.size()) < nb) u.resize(nb);
+  const bool q6 = t == TensorType::Q6_K;
+  for (int r = 0; r < kPanelRows; ++r) {
+    if (r < nrows) unpack_k_row(t, rows + r * row_bytes, u.data(), nb);
+    else std::memset(static_cast<void*>(u.data()), 0, nb * sizeof(UnpackedK));
+    for (int64_t i = 0; i < nb; ++i) {
+      const UnpackedK& k = u[i];
+      PanelK& p = out[i];
+      uint8_t v[256];
+      for (int c = 0; c < 256; ++c) v[c] = static_cast<uint8_t>(q6 && r < nrows ? k.q[c] + 32 : k.q[c]);
+      for (int g = 0; g < 64; ++g) std::memcpy(&p.q[g * 32 + r * 4], v + 4 * g, 4);
+      for (int s = 0; s < 16; ++s) {
+        p.sc[s][r][0] = p.sc[s][r][1] = k.scale[s];
+        p.mn[s / 2][r][s % 2] = static_cast<int16_t>(q6 ? 32 * k.scale[s] : k.min[s]);
+      }
+      p.d[r] = k.d;
+      p.dmin[r] = q6 ? k.d : k.dmin;
+    }
+  }
+}
+
+void gemm_panel32(TensorType t, const Panel32* p, int64_t nb, const BlockQ8* a, int64_t a_stride, int T,
+                  float* out, int64_t out_stride, int nrows) {
+#ifdef MARKBASE_X86
+  if (use_avx2()) {
+    const Kind32 k = kind32(t);
+    const bool mins = t == TensorType::Q4_1 || t == TensorType::Q5_1;
+    if (k.is_signed) gemm32_avx2<true>(p, nb, a, a_stride, T, 0, false, out, out_stride, nrows);
+    else gemm32_avx2<false>(p, nb, a, a_stride, T, k.bias, mins, out, out_stride, nrows);
+    return;
+  }
+#endif
+  gemm32_portable(t, p, nb, a, a_stride, T, out, out_stride, nrows);
+}
+
+void gemm_panelk(TensorType t, const PanelK* p, int64_t nb, const BlockQ8K* a, int64_t a_stride, int T,
+                 float* out, int64_t out_stride, int nrows) {
+#ifdef MARKBASE_X86
+  if (use_avx2()) {
+    if (t == TensorType::Q6_K) gemmk_avx2<true>(p, nb, a, a_stride, T, out, out_stride, nrows);
+    else gemmk_avx2<false>(p, nb, a, a_stride, T, out, out_stride, nrows);
+    return;
+  }
+#endif
+  gemmk_portable(t, p, nb, a, a_stride, T, out, out_stride, nrows);
+}
+
+}  // namespace markbase::cpu

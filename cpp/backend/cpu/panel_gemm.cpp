@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/avx2_blocks.h"
 #include "backend/cpu/kernels.h"
 #include "formats/half.h"
 
@@ -31,9 +32,34 @@ Kind32 kind32(TensorType t) {
   }
 }
 
-// Block i of a row as 32 stored values (the panel's representation), its scale and min.
-void unpack32(TensorType t, const uint8_t* row, int64_t i, uint8_t* v, float* d, float* m) {
+// Scale and min (0 unless Q4_1 / Q5_1) of block i of a row.
+void unpack32_scales(TensorType t, const uint8_t* row, int64_t i, float* d, float* m) {
   *m = 0.0f;
+  switch (t) {
+    case TensorType::Q8_0: *d = fp16_to_fp32(reinterpret_cast<const block_q8_0*>(row)[i].d); return;
+    case TensorType::Q4_0: *d = fp16_to_fp32(reinterpret_cast<const block_q4_0*>(row)[i].d); return;
+    case TensorType::Q5_0: *d = fp16_to_fp32(reinterpret_cast<const block_q5_0*>(row)[i].d); return;
+    case TensorType::Q4_1: {
+      const block_q4_1& b = reinterpret_cast<const block_q4_1*>(row)[i];
+      *d = fp16_to_fp32(b.d);
+      *m = fp16_to_fp32(b.m);
+      return;
+    }
+    case TensorType::Q5_1: {
+      const block_q5_1& b = reinterpret_cast<const block_q5_1*>(row)[i];
+      *d = fp16_to_fp32(b.d);
+      *m = fp16_to_fp32(b.m);
+      return;
+    }
+    default: std::abort();
+  }
+}
+
+// Block i of a row as the panel stores its 32 values: Q8_0's bytes, the others' unsigned values.
+void unpack32_values(TensorType t, const uint8_t* row, int64_t i, uint8_t* v) {
+  auto q4 = [&](const uint8_t* qs) {
+    for (int j = 0; j < 16; ++j) { v[j] = qs[j] & 15; v[j + 16] = qs[j] >> 4; }
+  };
   auto q5 = [&](const uint8_t* qs, const uint8_t* qhb) {
     uint32_t qh;
     std::memcpy(&qh, qhb, 4);
@@ -43,38 +69,11 @@ void unpack32(TensorType t, const uint8_t* row, int64_t i, uint8_t* v, float* d,
     }
   };
   switch (t) {
-    case TensorType::Q8_0: {
-      const block_q8_0& b = reinterpret_cast<const block_q8_0*>(row)[i];
-      std::memcpy(v, b.qs, 32);
-      *d = fp16_to_fp32(b.d);
-      return;
-    }
-    case TensorType::Q4_0: {
-      const block_q4_0& b = reinterpret_cast<const block_q4_0*>(row)[i];
-      for (int j = 0; j < 16; ++j) { v[j] = b.qs[j] & 15; v[j + 16] = b.qs[j] >> 4; }
-      *d = fp16_to_fp32(b.d);
-      return;
-    }
-    case TensorType::Q4_1: {
-      const block_q4_1& b = reinterpret_cast<const block_q4_1*>(row)[i];
-      for (int j = 0; j < 16; ++j) { v[j] = b.qs[j] & 15; v[j + 16] = b.qs[j] >> 4; }
-      *d = fp16_to_fp32(b.d);
-      *m = fp16_to_fp32(b.m);
-      return;
-    }
-    case TensorType::Q5_0: {
-      const block_q5_0& b = reinterpret_cast<const block_q5_0*>(row)[i];
-      q5(b.qs, b.qh);
-      *d = fp16_to_fp32(b.d);
-      return;
-    }
-    case TensorType::Q5_1: {
-      const block_q5_1& b = reinterpret_cast<const block_q5_1*>(row)[i];
-      q5(b.qs, b.qh);
-      *d = fp16_to_fp32(b.d);
-      *m = fp16_to_fp32(b.m);
-      return;
-    }
+    case TensorType::Q8_0: std::memcpy(v, reinterpret_cast<const block_q8_0*>(row)[i].qs, 32); return;
+    case TensorType::Q4_0: return q4(reinterpret_cast<const block_q4_0*>(row)[i].qs);
+    case TensorType::Q4_1: return q4(reinterpret_cast<const block_q4_1*>(row)[i].qs);
+    case TensorType::Q5_0: return q5(reinterpret_cast<const block_q5_0*>(row)[i].qs, reinterpret_cast<const block_q5_0*>(row)[i].qh);
+    case TensorType::Q5_1: return q5(reinterpret_cast<const block_q5_1*>(row)[i].qs, reinterpret_cast<const block_q5_1*>(row)[i].qh);
     default: std::abort();
   }
 }
@@ -126,7 +125,7 @@ void gemmk_portable(TensorType ty, const PanelK* p, int64_t nb, const BlockQ8K* 
 }
 
 #ifdef MARKBASE_X86
-#define PAVX2 __attribute__((target("avx2,fma")))
+#define PAVX2 __attribute__((target("avx2,fma,f16c")))
 
 PAVX2 inline __m256i bcast4(const int8_t* p) {
   int32_t v;
@@ -185,6 +184,89 @@ PAVX2 void gemm32_avx2_nt(const Panel32* p, int64_t nb, const BlockQ8* a, int64_
     }
   }
   for (int t = 0; t < NT; ++t) store_rows(out + t * os, acc[t], nrows);
+}
+
+// Stores r[0..7] (32 bytes of row r each) as 8 registers whose 32-bit lane r is row r's 4 bytes
+// of group g: an 8 x 8 transpose of 32-bit elements.
+PAVX2 void store_interleaved(const __m256i* r, uint8_t* dst) {
+  __m256i t[8], u[8];
+  for (int k = 0; k < 4; ++k) {
+    t[2 * k] = _mm256_unpacklo_epi32(r[2 * k], r[2 * k + 1]);      // groups 0,1 | 4,5 of rows 2k, 2k+1
+    t[2 * k + 1] = _mm256_unpackhi_epi32(r[2 * k], r[2 * k + 1]);  // groups 2,3 | 6,7
+  }
+  for (int h = 0; h < 2; ++h) {  // rows 4h..4h+3
+    u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);      // group 0 | 4
+    u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);      // group 1 | 5
+    u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);  // group 2 | 6
+    u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);  // group 3 | 7
+  }
+  for (int g = 0; g < 4; ++g) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + g * 32), _mm256_permute2x128_si256(u[g], u[4 + g], 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (g + 4) * 32), _mm256_permute2x128_si256(u[g], u[4 + g], 0x31));
+  }
+}
+
+// Block i of a row as the panel's 32 bytes (as unpack32_values).
+template <TensorType T>
+PAVX2 __m256i values32(const uint8_t* row, int64_t i) {
+  if constexpr (T == TensorType::Q8_0) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const block_q8_0*>(row)[i].qs));
+  } else if constexpr (T == TensorType::Q4_0) {
+    return avx2::nibbles(reinterpret_cast<const block_q4_0*>(row)[i].qs);
+  } else if constexpr (T == TensorType::Q4_1) {
+    return avx2::nibbles(reinterpret_cast<const block_q4_1*>(row)[i].qs);
+  } else if constexpr (T == TensorType::Q5_0) {
+    const block_q5_0& b = reinterpret_cast<const block_q5_0*>(row)[i];
+    return avx2::q5_values(b.qs, b.qh);
+  } else {
+    const block_q5_1& b = reinterpret_cast<const block_q5_1*>(row)[i];
+    return avx2::q5_values(b.qs, b.qh);
+  }
+}
+
+// Every 32-block type starts with its float16 scale; Q4_1 and Q5_1 follow it with the min.
+template <TensorType T>
+PAVX2 void pack32_avx2(const uint8_t* rows, size_t row_bytes, int nrows, int64_t nb, Panel32* out) {
+  constexpr bool mins = T == TensorType::Q4_1 || T == TensorType::Q5_1;
+  const size_t bb = static_cast<size_t>(traits(T).block_bytes);
+  for (int64_t i = 0; i < nb; ++i) {
+    Panel32& p = out[i];
+    __m256i r[kPanelRows];
+    alignas(16) uint16_t dh[kPanelRows] = {0}, mh[kPanelRows] = {0};
+    for (int k = 0; k < kPanelRows; ++k) {
+      if (k < nrows) {
+        const uint8_t* row = rows + k * row_bytes;
+        std::memcpy(&dh[k], row + i * bb, 2);
+        if (mins) std::memcpy(&mh[k], row + i * bb + 2, 2);
+        r[k] = values32<T>(row, i);
+      } else {
+        r[k] = _mm256_setzero_si256();
+      }
+    }
+    _mm256_storeu_ps(p.d, _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dh))));
+    _mm256_storeu_ps(p.m, _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(mh))));
+    store_interleaved(r, p.q);
+  }
+}
+
+PAVX2 void pack32_avx2(TensorType t, const uint8_t* rows, size_t row_bytes, int nrows, int64_t nb, Panel32* out) {
+  switch (t) {
+    case TensorType::Q8_0: return pack32_avx2<TensorType::Q8_0>(rows, row_bytes, nrows, nb, out);
+    case TensorType::Q4_0: return pack32_avx2<TensorType::Q4_0>(rows, row_bytes, nrows, nb, out);
+    case TensorType::Q4_1: return pack32_avx2<TensorType::Q4_1>(rows, row_bytes, nrows, nb, out);
+    case TensorType::Q5_0: return pack32_avx2<TensorType::Q5_0>(rows, row_bytes, nrows, nb, out);
+    default: return pack32_avx2<TensorType::Q5_1>(rows, row_bytes, nrows, nb, out);
+  }
+}
+
+// The 8 rows' super-blocks (row r at k[r * stride]) into the panel's interleaved values.
+PAVX2 void interleave_k_avx2(const UnpackedK* k, int64_t stride, uint8_t* dst) {
+  for (int c = 0; c < 8; ++c) {
+    __m256i r[kPanelRows];
+    for (int j = 0; j < kPanelRows; ++j)
+      r[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k[j * stride].q + 32 * c));
+    store_interleaved(r, dst + 256 * c);
+  }
 }
 
 template <bool SIGNED>
@@ -278,12 +360,16 @@ bool has_panel32(TensorType t) {
 bool has_panelk(TensorType t) { return has_q8k_dot(t); }
 
 void pack_panel32(TensorType t, const uint8_t* rows, size_t row_bytes, int nrows, int64_t nb, Panel32* out) {
+#ifdef MARKBASE_X86
+  if (use_avx2()) return pack32_avx2(t, rows, row_bytes, nrows, nb, out);
+#endif
   for (int64_t i = 0; i < nb; ++i) {
     Panel32& p = out[i];
     for (int r = 0; r < kPanelRows; ++r) {
       uint8_t v[32];
       if (r < nrows) {
-        unpack32(t, rows + r * row_bytes, i, v, &p.d[r], &p.m[r]);
+        unpack32_scales(t, rows + r * row_bytes, i, &p.d[r], &p.m[r]);
+        unpack32_values(t, rows + r * row_bytes, i, v);
       } else {
         std::memset(v, 0, sizeof(v));
         p.d[r] = p.m[r] = 0.0f;
@@ -295,24 +381,41 @@ void pack_panel32(TensorType t, const uint8_t* rows, size_t row_bytes, int nrows
 
 void pack_panelk(TensorType t, const uint8_t* rows, size_t row_bytes, int nrows, int64_t nb, PanelK* out) {
   thread_local std::vector<UnpackedK> u;
-  if (static_cast<int64_t>(u.size()) < nb) u.resize(nb);
+  if (static_cast<int64_t>(u.size()) < kPanelRows * nb) u.resize(kPanelRows * nb);
   const bool q6 = t == TensorType::Q6_K;
   for (int r = 0; r < kPanelRows; ++r) {
-    if (r < nrows) unpack_k_row(t, rows + r * row_bytes, u.data(), nb);
-    else std::memset(static_cast<void*>(u.data()), 0, nb * sizeof(UnpackedK));
-    for (int64_t i = 0; i < nb; ++i) {
-      const UnpackedK& k = u[i];
-      PanelK& p = out[i];
-      uint8_t v[256];
-      for (int c = 0; c < 256; ++c) v[c] = static_cast<uint8_t>(q6 && r < nrows ? k.q[c] + 32 : k.q[c]);
-      for (int g = 0; g < 64; ++g) std::memcpy(&p.q[g * 32 + r * 4], v + 4 * g, 4);
+    UnpackedK* ur = &u[r * nb];
+    if (r < nrows) {
+      unpack_k_row(t, rows + r * row_bytes, ur, nb);
+      if (q6)  // unsigned values: q + 32, and the offset as a min of 32 * scale
+        for (int64_t i = 0; i < nb; ++i) {
+          for (int c = 0; c < 256; ++c) ur[i].q[c] = static_cast<int8_t>(ur[i].q[c] + 32);
+          for (int s = 0; s < 16; ++s) ur[i].min[s] = static_cast<int16_t>(32 * ur[i].scale[s]);
+          ur[i].dmin = ur[i].d;
+        }
+    } else {
+      std::memset(static_cast<void*>(ur), 0, nb * sizeof(UnpackedK));
+    }
+  }
+  for (int64_t i = 0; i < nb; ++i) {
+    PanelK& p = out[i];
+    for (int r = 0; r < kPanelRows; ++r) {
+      const UnpackedK& k = u[r * nb + i];
       for (int s = 0; s < 16; ++s) {
         p.sc[s][r][0] = p.sc[s][r][1] = k.scale[s];
-        p.mn[s / 2][r][s % 2] = static_cast<int16_t>(q6 ? 32 * k.scale[s] : k.min[s]);
+        p.mn[s / 2][r][s % 2] = k.min[s];
       }
       p.d[r] = k.d;
-      p.dmin[r] = q6 ? k.d : k.dmin;
+      p.dmin[r] = k.dmin;
     }
+#ifdef MARKBASE_X86
+    if (use_avx2()) {
+      interleave_k_avx2(&u[i], nb, p.q);
+      continue;
+    }
+#endif
+    for (int r = 0; r < kPanelRows; ++r)
+      for (int g = 0; g < 64; ++g) std::memcpy(&p.q[g * 32 + r * 4], u[r * nb + i].q + 4 * g, 4);
   }
 }
 

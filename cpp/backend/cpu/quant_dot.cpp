@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/cpu/avx2_blocks.h"
 #include "backend/cpu/kernels.h"
 #include "formats/half.h"
 
@@ -109,22 +110,8 @@ AVX2 inline __m256 dot_us(__m256i x, __m256i y) {
   return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
 }
 
-AVX2 inline __m256i nibbles(const uint8_t* qs) {
-  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m256i b = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
-  return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
-}
-
-// 32 bits -> 32 bytes of 0xFF (bit set) or 0x00.
-AVX2 inline __m256i bits_to_bytes(const uint8_t* qh) {
-  uint32_t x;
-  std::memcpy(&x, qh, 4);
-  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
-                                         0x0101010101010101, 0x0000000000000000);
-  __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(x)), shuf);
-  b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
-  return _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1));
-}
+using avx2::bits_to_bytes;
+using avx2::nibbles;
 
 AVX2 inline __m256i load_a(const BlockQ8& a) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));

@@ -10,7 +10,7 @@ namespace markbase::cpu {
 
 // out[t, n] = dot(a[t], W[n]) for n in [0, N), t in [0, T). The fast path quantizes the
 // activations to 8-bit blocks once and uses integer dot products: prefill (T > 1) on row panels
-// (panel_gemm.h), decode on four rows (32-block types) or one unpacked row (K-quants) at a time.
+// (panel_gemm.h), decode on four rows (32-block types) or one row (K-quants) at a time.
 // The precise path (and every other type) dequantizes one weight row at a time into floats.
 void matmul(ThreadPool& pool, MatmulScratch& scratch, const TensorView& w, const float* a,
           int a_stride, int T, float* out, int out_stride, int N, bool precise) {
@@ -68,13 +68,8 @@ void matmul(ThreadPool& pool, MatmulScratch& scratch, const TensorView& w, const
       });
       return;
     }
-    pool.parallel_for(N, 4, [&](int64_t n0, int64_t n1) {  // decode: one unpacked row at a time
-      thread_local std::vector<UnpackedK> row;
-      if (static_cast<int64_t>(row.size()) < nb) row.resize(nb);
-      for (int64_t n = n0; n < n1; ++n) {
-        unpack_k_row(w.type, base + n * rb, row.data(), nb);
-        out[n] = dot_q8k(row.data(), q, nb);
-      }
+    pool.parallel_for(N, 4, [&](int64_t n0, int64_t n1) {  // decode: one row at a time
+      for (int64_t n = n0; n < n1; ++n) out[n] = dot_q8k_row(w.type, base + n * rb, q, nb);
     });
     return;
   }

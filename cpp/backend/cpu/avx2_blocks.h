@@ -13,10 +13,10 @@ namespace markbase::cpu::avx2 {
 #define MB_AVX2_INLINE __attribute__((target("avx2,fma,f16c"))) inline
 
 // 16 bytes of packed nibbles -> 32 bytes: the low nibbles (values 0..15), then the high ones.
+// (One broadcast load, one variable shift of the upper half, one mask.)
 MB_AVX2_INLINE __m256i nibbles(const uint8_t* qs) {
-  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m256i b = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
-  return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
+  const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+  return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(0x0F));
 }
 
 // 32 bits -> 32 bytes of 0xFF (bit set) or 0x00.

@@ -165,28 +165,25 @@ AVX2 float dot_q5_1_avx2(const void* wv, const BlockQ8* a, int64_t nb) {
   __m256 acc = _mm256_setzero_ps();
   float mins = 0.0f;
   for (int64_t i = 0; i < nb; ++i) {
-    __m256i x = nibbles(w[i].qs);
-    x = _mm256_or_si256(x, _mm256_and_si256(bits_to_bytes(w[i].qh), _mm256_set1_epi8(0x10)));
+    const __m256i x = avx2::q5_values(w[i].qs, w[i].qh);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[i].d) * a[i].d), dot_us(x, load_a(a[i])), acc);
     mins += _cvtsh_ss(w[i].m) * a[i].d * static_cast<float>(a[i].sum);
   }
   return hsum8(acc) + mins;
 }
 
-// Block i of a Q8_0 (KIND 0), Q4_0 (1) or Q5_0 (2) row as 32 signed bytes, and its scale.
+// Q4_0 (KIND 1) values 0..15 or Q5_0 (KIND 2) values 0..31, before the offset of 8 or 16.
 template <int KIND>
-AVX2 inline __m256i unpack_signed(const void* wv, int64_t i) {
-  if constexpr (KIND == 0) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const block_q8_0*>(wv)[i].qs));
-  } else if constexpr (KIND == 1) {
-    return _mm256_sub_epi8(nibbles(static_cast<const block_q4_0*>(wv)[i].qs), _mm256_set1_epi8(8));
+AVX2 inline __m256i unsigned_values(const void* wv, int64_t i) {
+  if constexpr (KIND == 1) {
+    return nibbles(static_cast<const block_q4_0*>(wv)[i].qs);
   } else {
     const block_q5_0& b = static_cast<const block_q5_0*>(wv)[i];
-    const __m256i hi = _mm256_andnot_si256(bits_to_bytes(b.qh), _mm256_set1_epi8(static_cast<char>(0xF0)));
-    return _mm256_or_si256(nibbles(b.qs), hi);
+    return avx2::q5_values(b.qs, b.qh);
   }
 }
 
+// The float16 scale of block i of a Q8_0 (KIND 0), Q4_0 (1) or Q5_0 (2) row.
 template <int KIND>
 AVX2 inline float scale_of(const void* wv, int64_t i) {
   if constexpr (KIND == 0) return _cvtsh_ss(static_cast<const block_q8_0*>(wv)[i].d);
@@ -215,15 +212,15 @@ AVX2 void rows4_avx2(const void* w, size_t row_bytes, const BlockQ8* a, int64_t 
     _mm_prefetch(ahead + i * step + 64, _MM_HINT_T0);
     const __m256i y = load_a(a[i]);
     const float da = a[i].d;
-    if constexpr (KIND == 1) {
-      // Q4_0: multiply the unsigned nibbles q by y directly and take 8 * y away per lane (y's
-      // lane sums, shared by the four rows): each lane is the same integer as sum (q - 8) y,
-      // without the two sign operations per row.
-      const __m256i y8 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), y), ones);
+    if constexpr (KIND == 1 || KIND == 2) {
+      // Q4_0 / Q5_0: multiply the unsigned values q by y directly and take 8 (16) * y away per
+      // lane (y's lane sums, shared by the four rows): each lane is the same integer as
+      // sum (q - 8) y (or (q - 16) y), without the two sign operations per row.
+      const __m256i yb = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(KIND == 1 ? 8 : 16), y), ones);
 #define MB_ROW_U(W, ACC)                                                                        \
       {                                                                                         \
-        const __m256i q = nibbles(static_cast<const block_q4_0*>(W)[i].qs);                    \
-        const __m256i p32 = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(q, y), ones), y8); \
+        const __m256i q = unsigned_values<KIND>(W, i);                                          \
+        const __m256i p32 = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(q, y), ones), yb); \
         ACC = _mm256_fmadd_ps(_mm256_set1_ps(scale_of<KIND>(W, i) * da), _mm256_cvtepi32_ps(p32), ACC); \
       }
       MB_ROW_U(w0, acc0) MB_ROW_U(w1, acc1) MB_ROW_U(w2, acc2) MB_ROW_U(w3, acc3)
@@ -232,7 +229,7 @@ AVX2 void rows4_avx2(const void* w, size_t row_bytes, const BlockQ8* a, int64_t 
     }
 #define MB_ROW(W, ACC)                                                                          \
     {                                                                                           \
-      const __m256i x = unpack_signed<KIND>(W, i);                                              \
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const block_q8_0*>(W)[i].qs)); \
       const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)); \
       const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));                        \
       ACC = _mm256_fmadd_ps(_mm256_set1_ps(scale_of<KIND>(W, i) * da), p, ACC);                 \

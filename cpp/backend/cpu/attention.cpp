@@ -196,9 +196,7 @@ void run(ThreadPool& pool, const AttentionArgs& a) {
           s[j] *= a.scale;
           mx = std::max(mx, s[j]);
         }
-        float sum = 0.0f;
-        for (int j = j0; j < j1; ++j) { s[j] = std::exp(s[j] - mx); sum += s[j]; }
-        const float inv = 1.0f / sum;
+        const float inv = 1.0f / exp_sub_sum(s + j0, j1 - j0, mx);
         std::fill(s, s + j0, 0.0f);
         for (int j = j0; j < j1; ++j) s[j] *= inv;
         std::fill(s + j1, s + n, 0.0f);

@@ -46,7 +46,10 @@ class CpuBackend : public Backend {
   std::unique_ptr<KVCaches> make_caches(const std::vector<CacheDesc>& d) override {
     return std::make_unique<CpuCaches>(d, opt_.kv_f16);
   }
-  void release(const Graph& g) override { buffers_.erase(&g); }
+  void release(const Graph& g) override {
+    buffers_.erase(&g);
+    rope_.erase(&g);
+  }
   int ops_last_run() const override { return ops_; }
   int waits_last_run() const override { return 0; }
 
@@ -115,8 +118,7 @@ class CpuBackend : public Backend {
             const int t = static_cast<int>(i / groups), gi = static_cast<int>(i % groups);
             const float* x = a + t * as + gi * G;
             float* y = out + t * os + gi * G;
-            double ss = 0.0;
-            for (int j = 0; j < G; ++j) ss += static_cast<double>(x[j]) * x[j];
+            const double ss = cpu::sum_squares(x, G);
             const float r = 1.0f / std::sqrt(static_cast<float>(ss / G) + op.f);
             for (int j = 0; j < G; ++j) y[j] = w ? (x[j] * r) * w[j] : x[j] * r;
           }
@@ -173,19 +175,41 @@ class CpuBackend : public Backend {
     });
   }
 
-  void rope(const Graph& g, const Op& op, const Step& step, const float* a, int as, float* out, int os) {
-    const std::vector<float>& inv = g.rope_tables[op.table];
-    const int d = op.group, half = d / 2;
-    for (int t = 0; t < g.T; ++t) {
+  // cos and sin of every (token, frequency) of the step for one table, computed once per step
+  // and shared by the q and k rotations of every layer that uses the table.
+  struct RopeAngles {
+    int pos0 = -1, T = 0, n = 0;  // n: frequencies of the table
+    std::vector<float> cs, sn;    // [T, n]
+  };
+
+  const RopeAngles& rope_angles(const Graph& g, int table, const Step& step) {
+    RopeAngles& r = rope_[&g][table];
+    if (r.pos0 == step.pos0 && r.T == g.T) return r;
+    const std::vector<float>& inv = g.rope_tables[table];
+    const int half = static_cast<int>(inv.size());
+    r.n = half;
+    r.cs.resize(static_cast<size_t>(g.T) * half);
+    r.sn.resize(r.cs.size());
+    rows_parallel(g.T, 4 * half, [&](int t) {
       const float pos = static_cast<float>(step.pos0 + t);
-      thread_local std::vector<float> cs, sn;
-      cs.resize(half);
-      sn.resize(half);
       for (int j = 0; j < half; ++j) {
         const float ang = pos * inv[j];
-        cs[j] = static_cast<float>(std::cos(static_cast<double>(ang)));
-        sn[j] = static_cast<float>(std::sin(static_cast<double>(ang)));
+        r.cs[static_cast<size_t>(t) * half + j] = static_cast<float>(std::cos(static_cast<double>(ang)));
+        r.sn[static_cast<size_t>(t) * half + j] = static_cast<float>(std::sin(static_cast<double>(ang)));
       }
+    });
+    r.pos0 = step.pos0;
+    r.T = g.T;
+    return r;
+  }
+
+  void rope(const Graph& g, const Op& op, const Step& step, const float* a, int as, float* out, int os) {
+    const int d = op.group, half = d / 2;
+    const RopeAngles& r = rope_angles(g, op.table, step);
+    if (r.n < half) throw std::logic_error("rope table shorter than half the head dim");
+    rows_parallel(g.T, op.heads * d, [&](int t) {
+      const float* cs = &r.cs[static_cast<size_t>(t) * r.n];
+      const float* sn = &r.sn[static_cast<size_t>(t) * r.n];
       for (int h = 0; h < op.heads; ++h) {
         const float* x = a + t * as + h * d;
         float* y = out + t * os + h * d;
@@ -195,7 +219,7 @@ class CpuBackend : public Backend {
           y[j + half] = x1 * cs[j] + x0 * sn[j];
         }
       }
-    }
+    });
   }
 
   static int cache_slot(const CacheDesc& c, int pos) { return c.ring ? pos % c.capacity : pos; }
@@ -373,6 +397,7 @@ class CpuBackend : public Backend {
   BackendOptions opt_;
   ThreadPool pool_;
   std::map<const Graph*, Bufs> buffers_;
+  std::map<const Graph*, std::map<int, RopeAngles>> rope_;
   std::map<const uint8_t*, std::vector<float>> small_;
   cpu::MatmulScratch scratch_;
   std::vector<cpu::BlockQ8> moe_q8_;

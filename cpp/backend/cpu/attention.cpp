@@ -1,7 +1,6 @@
 #include "backend/cpu/attention.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>

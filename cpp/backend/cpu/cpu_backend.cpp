@@ -1,6 +1,6 @@
 // The CPU backend: executes every op of a Graph with a persistent thread pool, reading weights
-// of every tensor type straight from their blocks (a row is dequantized into a small per-thread
-// buffer, never the whole tensor).
+// of every tensor type straight from their blocks (decode dots rows in place; prefill unpacks
+// eight rows at a time into a small per-thread panel; never a whole tensor).
 #include <algorithm>
 #include <cmath>
 #include <cstring>

@@ -1,6 +1,6 @@
 #include "backend/cpu/panel_gemm.h"
 
-#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -351,13 +351,6 @@ bool use_avx2() {
 }
 
 }  // namespace
-
-bool has_panel32(TensorType t) {
-  return t == TensorType::Q8_0 || t == TensorType::Q4_0 || t == TensorType::Q4_1 ||
-         t == TensorType::Q5_0 || t == TensorType::Q5_1;
-}
-
-bool has_panelk(TensorType t) { return has_q8k_dot(t); }
 
 void pack_panel32(TensorType t, const uint8_t* rows, size_t row_bytes, int nrows, int64_t nb, Panel32* out) {
 #ifdef MARKBASE_X86

@@ -16,9 +16,10 @@ namespace markbase::cpu {
 
 constexpr int kPanelRows = 8;
 
-// 8 rows x one block of 32 values of a 32-block type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0).
+// 8 rows x one block of 32 values of a 32-block type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: has_q8_dot).
+// Values are Q8_0's signed bytes, else unsigned (Q4_0 / Q5_0 before their offset of 8 / 16).
 struct Panel32 {
-  uint8_t q[256];  // q[g * 32 + r * 4 + j] = value 4g + j of row r (as stored: see Panel32Kind)
+  uint8_t q[256];  // q[g * 32 + r * 4 + j] = value 4g + j of row r
   float d[kPanelRows];  // row scales
   float m[kPanelRows];  // row mins (Q4_1 / Q5_1), else 0
 };
@@ -31,9 +32,6 @@ struct PanelK {
   int16_t mn[8][kPanelRows][2];   // mins of sub-groups 2p and 2p + 1, row r
   float d[kPanelRows], dmin[kPanelRows];
 };
-
-bool has_panel32(TensorType t);
-bool has_panelk(TensorType t);
 
 // Unpacks rows [0, nrows) (nrows <= 8; missing rows are zero) of nb blocks each, row_bytes apart.
 void pack_panel32(TensorType t, const uint8_t* rows, size_t row_bytes, int nrows, int64_t nb, Panel32* out);

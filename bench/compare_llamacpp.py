@@ -3,11 +3,13 @@
 alternating runs in one script. Each run is a fresh subprocess so peak memory is per engine.
 
     python bench/compare_llamacpp.py [MODEL.gguf] [--threads 2] [--prompt-tokens 512]
-                                     [--gen-tokens 128] [--repeats 5] [--json OUT]
+                                     [--gen-tokens 128] [--repeats 5] [--warmup 1] [--json OUT]
 
 Prints medians and the ratio MarkBase / llama.cpp for prefill tok/s, decode tok/s, peak RSS.
 The prompt is the same kind of random token ids for both; MarkBase decodes greedily,
 llama.cpp feeds a fixed token (decode cost does not depend on the token).
+Before the timed repeats each engine runs --warmup times untimed: on this machine the file's
+pages leave the page cache when idle, and the first run after that reads them from disk.
 """
 from __future__ import annotations
 
@@ -59,6 +61,7 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=512)
     ap.add_argument("--gen-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--json")
     a = ap.parse_args()
     if a.model is None:
@@ -67,6 +70,9 @@ def main():
     bench = shutil.which("markbase-bench")
     if not bench:
         sys.exit("markbase-bench is not on PATH: pip install . first")
+    for _ in range(a.warmup):
+        run_markbase(bench, a.model, a.threads, a.prompt_tokens, a.gen_tokens)
+        run_llama(a.model, a.threads, a.prompt_tokens, a.gen_tokens)
     mb, ll = [], []
     for r in range(a.repeats):  # interleaved: noise of the machine hits both engines alike
         mb.append(run_markbase(bench, a.model, a.threads, a.prompt_tokens, a.gen_tokens))
@@ -75,7 +81,7 @@ def main():
               f"llama.cpp {ll[-1]['prefill_tok_s']:.1f}/{ll[-1]['decode_tok_s']:.1f} tok/s", file=sys.stderr)
     med = lambda rows, k: statistics.median(x[k] for x in rows)
     res = {"model": os.path.basename(a.model), "threads": a.threads, "prompt_tokens": a.prompt_tokens,
-           "gen_tokens": a.gen_tokens, "repeats": a.repeats}
+           "gen_tokens": a.gen_tokens, "repeats": a.repeats, "warmup": a.warmup}
     for k in ("prefill_tok_s", "decode_tok_s", "peak_rss_mib"):
         res[f"markbase_{k}"] = round(med(mb, k), 2)
         res[f"llama_cpp_{k}"] = round(med(ll, k), 2)

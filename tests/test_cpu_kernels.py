@@ -90,3 +90,25 @@ def test_matmul_every_type_both_paths(tmp_path, name):
             ref_fast = xa.astype(np.float64) @ W.T
             assert np.linalg.norm(got_fast - ref_fast) / np.linalg.norm(ref_fast) < 1e-5, (name, T, simd, "fast")
     assert "portable" in paths
+
+
+@pytest.mark.parametrize("name", sorted(FAST_32 | FAST_256))
+def test_prefill_panels_tails(tmp_path, name):
+    """Prefill runs on panels of 8 weight rows and up to 4 tokens at a time: several panels with
+    a partial last one (37 rows) and every token remainder, the SIMD kernels against the portable
+    ones (the same integer sums) and both against numpy."""
+    qt, be, bb, _ = TYPES[name]
+    cols = 512
+    rows = 37
+    raw = random_blocks(name, rows * cols // be, seed=23).reshape(rows, -1)
+    W = dequantize(raw.reshape(-1), qt).reshape(rows, cols).astype(np.float64)
+    rng = np.random.default_rng(9)
+    for T in (2, 5, 9, 16):
+        x = rng.standard_normal((T, cols)).astype(np.float32)
+        got, path = run(tmp_path, raw, name, cols, x, False, "auto")
+        ref_got, _ = run(tmp_path, raw, name, cols, x, False, "portable")
+        xa = act_q8_0(x) if name in FAST_32 else act_q8_k(x)
+        ref = xa.astype(np.float64) @ W.T
+        assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 1e-5, (name, T, path)
+        assert np.linalg.norm(ref_got - ref) / np.linalg.norm(ref) < 1e-5, (name, T, "portable")
+        assert np.abs(got - ref_got).max() <= 1e-5 * np.abs(ref).max(), (name, T, path)

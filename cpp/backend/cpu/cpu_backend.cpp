@@ -1,6 +1,6 @@
 // The CPU backend: executes every op of a Graph with a persistent thread pool, reading weights
-// of every tensor type straight from their blocks (a row is dequantized into a small per-thread
-// buffer, never the whole tensor).
+// of every tensor type straight from their blocks (decode dots rows in place; prefill unpacks
+// eight rows at a time into a small per-thread panel; never a whole tensor).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "backend/backend.h"
+#include "backend/cpu/attention.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/quant_dot.h"
@@ -45,7 +46,10 @@ class CpuBackend : public Backend {
   std::unique_ptr<KVCaches> make_caches(const std::vector<CacheDesc>& d) override {
     return std::make_unique<CpuCaches>(d, opt_.kv_f16);
   }
-  void release(const Graph& g) override { buffers_.erase(&g); }
+  void release(const Graph& g) override {
+    buffers_.erase(&g);
+    rope_.erase(&g);
+  }
   int ops_last_run() const override { return ops_; }
   int waits_last_run() const override { return 0; }
 
@@ -114,8 +118,7 @@ class CpuBackend : public Backend {
             const int t = static_cast<int>(i / groups), gi = static_cast<int>(i % groups);
             const float* x = a + t * as + gi * G;
             float* y = out + t * os + gi * G;
-            double ss = 0.0;
-            for (int j = 0; j < G; ++j) ss += static_cast<double>(x[j]) * x[j];
+            const double ss = cpu::sum_squares(x, G);
             const float r = 1.0f / std::sqrt(static_cast<float>(ss / G) + op.f);
             for (int j = 0; j < G; ++j) y[j] = w ? (x[j] * r) * w[j] : x[j] * r;
           }
@@ -172,19 +175,41 @@ class CpuBackend : public Backend {
     });
   }
 
-  void rope(const Graph& g, const Op& op, const Step& step, const float* a, int as, float* out, int os) {
-    const std::vector<float>& inv = g.rope_tables[op.table];
-    const int d = op.group, half = d / 2;
-    for (int t = 0; t < g.T; ++t) {
+  // cos and sin of every (token, frequency) of the step for one table, computed once per step
+  // and shared by the q and k rotations of every layer that uses the table.
+  struct RopeAngles {
+    int pos0 = -1, T = 0, n = 0;  // n: frequencies of the table
+    std::vector<float> cs, sn;    // [T, n]
+  };
+
+  const RopeAngles& rope_angles(const Graph& g, int table, const Step& step) {
+    RopeAngles& r = rope_[&g][table];
+    if (r.pos0 == step.pos0 && r.T == g.T) return r;
+    const std::vector<float>& inv = g.rope_tables[table];
+    const int half = static_cast<int>(inv.size());
+    r.n = half;
+    r.cs.resize(static_cast<size_t>(g.T) * half);
+    r.sn.resize(r.cs.size());
+    rows_parallel(g.T, 4 * half, [&](int t) {
       const float pos = static_cast<float>(step.pos0 + t);
-      thread_local std::vector<float> cs, sn;
-      cs.resize(half);
-      sn.resize(half);
       for (int j = 0; j < half; ++j) {
         const float ang = pos * inv[j];
-        cs[j] = static_cast<float>(std::cos(static_cast<double>(ang)));
-        sn[j] = static_cast<float>(std::sin(static_cast<double>(ang)));
+        r.cs[static_cast<size_t>(t) * half + j] = static_cast<float>(std::cos(static_cast<double>(ang)));
+        r.sn[static_cast<size_t>(t) * half + j] = static_cast<float>(std::sin(static_cast<double>(ang)));
       }
+    });
+    r.pos0 = step.pos0;
+    r.T = g.T;
+    return r;
+  }
+
+  void rope(const Graph& g, const Op& op, const Step& step, const float* a, int as, float* out, int os) {
+    const int d = op.group, half = d / 2;
+    const RopeAngles& r = rope_angles(g, op.table, step);
+    if (r.n < half) throw std::logic_error("rope table shorter than half the head dim");
+    rows_parallel(g.T, op.heads * d, [&](int t) {
+      const float* cs = &r.cs[static_cast<size_t>(t) * r.n];
+      const float* sn = &r.sn[static_cast<size_t>(t) * r.n];
       for (int h = 0; h < op.heads; ++h) {
         const float* x = a + t * as + h * d;
         float* y = out + t * os + h * d;
@@ -194,7 +219,7 @@ class CpuBackend : public Backend {
           y[j + half] = x1 * cs[j] + x0 * sn[j];
         }
       }
-    }
+    });
   }
 
   static int cache_slot(const CacheDesc& c, int pos) { return c.ring ? pos % c.capacity : pos; }
@@ -228,38 +253,24 @@ class CpuBackend : public Backend {
   void attention(const Graph& g, const Op& op, const Step& step, CpuCaches& kv, const float* q,
                  int qs, float* out, int os) {
     const CacheDesc& c = kv.desc[op.layer];
-    const int d = op.group, group = op.heads / op.kv_heads;
-    pool_.parallel_for(static_cast<int64_t>(g.T) * op.heads, 1, [&](int64_t i0, int64_t i1) {
-      thread_local std::vector<float> sc;
-      for (int64_t i = i0; i < i1; ++i) {
-        const int t = static_cast<int>(i / op.heads), h = static_cast<int>(i % op.heads);
-        const int kvh = h / group;
-        const int pos = step.pos0 + t;
-        const int first = op.window > 0 ? std::max(0, pos - op.window + 1) : 0;
-        const int n = pos - first + 1;
-        sc.resize(n);
-        const float* qv = q + t * qs + h * d;
-        const size_t head_off = static_cast<size_t>(kvh) * c.capacity * d;
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int j = 0; j < n; ++j) {
-          const size_t off = head_off + static_cast<size_t>(cache_slot(c, first + j)) * d;
-          const float s = (kv.f16 ? cpu::dot_f16(qv, &kv.k16[op.layer][off], d)
-                                  : cpu::dot_f32(qv, &kv.k32[op.layer][off], d)) * op.f;
-          sc[j] = s;
-          mx = std::max(mx, s);
-        }
-        float sum = 0.0f;
-        for (int j = 0; j < n; ++j) { sc[j] = std::exp(sc[j] - mx); sum += sc[j]; }
-        const float inv = 1.0f / sum;
-        float* y = out + t * os + h * d;
-        std::fill(y, y + d, 0.0f);
-        for (int j = 0; j < n; ++j) {
-          const size_t off = head_off + static_cast<size_t>(cache_slot(c, first + j)) * d;
-          if (kv.f16) cpu::axpy_f16(sc[j] * inv, &kv.v16[op.layer][off], y, d);
-          else cpu::axpy_f32(sc[j] * inv, &kv.v32[op.layer][off], y, d);
-        }
-      }
-    });
+    cpu::AttentionArgs args;
+    args.q = q;
+    args.q_stride = qs;
+    args.out = out;
+    args.out_stride = os;
+    args.T = g.T;
+    args.pos0 = step.pos0;
+    args.heads = op.heads;
+    args.kv_heads = op.kv_heads;
+    args.d = op.group;
+    args.window = op.window;
+    args.scale = op.f;
+    args.f16 = kv.f16;
+    args.k = kv.f16 ? static_cast<const void*>(kv.k16[op.layer].data()) : kv.k32[op.layer].data();
+    args.v = kv.f16 ? static_cast<const void*>(kv.v16[op.layer].data()) : kv.v32[op.layer].data();
+    args.capacity = c.capacity;
+    args.ring = c.ring;
+    cpu::attention(pool_, args);
   }
 
   // softmax over all experts, top-k, renormalise, times the per-expert scale.
@@ -386,6 +397,7 @@ class CpuBackend : public Backend {
   BackendOptions opt_;
   ThreadPool pool_;
   std::map<const Graph*, Bufs> buffers_;
+  std::map<const Graph*, std::map<int, RopeAngles>> rope_;
   std::map<const uint8_t*, std::vector<float>> small_;
   cpu::MatmulScratch scratch_;
   std::vector<cpu::BlockQ8> moe_q8_;

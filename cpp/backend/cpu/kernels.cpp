@@ -45,6 +45,21 @@ void axpy_f32_portable(float s, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += s * x[i];
 }
 
+double sum_squares_portable(const float* x, int64_t n) {
+  double ss = 0.0;
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  return ss;
+}
+
+float exp_sub_sum_portable(float* s, int64_t n, float mx) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    s[i] = std::exp(s[i] - mx);
+    sum += s[i];
+  }
+  return sum;
+}
+
 void gelu_mul_portable(const float* a, const float* b, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = gelu_tanh(a[i]) * b[i];
 }
@@ -102,12 +117,44 @@ __attribute__((target("avx2,fma"))) void softcap_avx2(const float* a, float* out
   for (; i < n; ++i) out[i] = cap * std::tanh(a[i] / cap);
 }
 
+__attribute__((target("avx2,fma"))) double sum_squares_avx2(const float* x, int64_t n) {
+  __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(x + i)), b = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
+    s0 = _mm256_fmadd_pd(a, a, s0);
+    s1 = _mm256_fmadd_pd(b, b, s1);
+  }
+  alignas(32) double l[4];
+  _mm256_store_pd(l, _mm256_add_pd(s0, s1));
+  double ss = (l[0] + l[1]) + (l[2] + l[3]);
+  for (; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  return ss;
+}
+
 __attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
   __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
   lo = _mm_add_ps(lo, hi);
   lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
   lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
   return _mm_cvtss_f32(lo);
+}
+
+__attribute__((target("avx2,fma"))) float exp_sub_sum_avx2(float* s, int64_t n, float mx) {
+  const __m256 m = _mm256_set1_ps(mx);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + i), m));
+    _mm256_storeu_ps(s + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  float sum = hsum(acc);
+  for (; i < n; ++i) {
+    s[i] = std::exp(s[i] - mx);
+    sum += s[i];
+  }
+  return sum;
 }
 
 __attribute__((target("avx2,fma"))) float dot_f32_avx2(const float* a, const float* b, int64_t n) {
@@ -174,6 +221,8 @@ struct Dispatch {
   void (*axpy_f32)(float, const float*, float*, int64_t) = axpy_f32_portable;
   void (*gelu_mul)(const float*, const float*, float*, int64_t) = gelu_mul_portable;
   void (*softcap)(const float*, float*, int64_t, float) = softcap_portable;
+  double (*sum_squares)(const float*, int64_t) = sum_squares_portable;
+  float (*exp_sub_sum)(float*, int64_t, float) = exp_sub_sum_portable;
   const char* name = "portable";
   Dispatch() {
     const char* force = std::getenv("MARKBASE_SIMD");
@@ -187,6 +236,8 @@ struct Dispatch {
       axpy_f32 = axpy_f32_avx2;
       gelu_mul = gelu_mul_avx2;
       softcap = softcap_avx2;
+      sum_squares = sum_squares_avx2;
+      exp_sub_sum = exp_sub_sum_avx2;
       name = "avx2";
     }
 #elif defined(__aarch64__)
@@ -214,6 +265,8 @@ void axpy_f16(float s, const uint16_t* x, float* y, int64_t n) { dispatch().axpy
 void axpy_f32(float s, const float* x, float* y, int64_t n) { dispatch().axpy_f32(s, x, y, n); }
 void gelu_mul(const float* a, const float* b, float* out, int64_t n) { dispatch().gelu_mul(a, b, out, n); }
 void softcap(const float* a, float* out, int64_t n, float cap) { dispatch().softcap(a, out, n, cap); }
+double sum_squares(const float* x, int64_t n) { return dispatch().sum_squares(x, n); }
+float exp_sub_sum(float* s, int64_t n, float mx) { return dispatch().exp_sub_sum(s, n, mx); }
 const char* simd_path() { return dispatch().name; }
 
 float gelu_tanh(float x) {

@@ -18,6 +18,11 @@ void axpy_f32(float s, const float* x, float* y, int64_t n);
 // in the environment forces the portable path.
 const char* simd_path();
 
+// sum_i x[i]^2, accumulated in double (each square is exact in double)
+double sum_squares(const float* x, int64_t n);
+// s[i] = exp(s[i] - mx); returns the sum of the new s[i] (softmax numerators)
+float exp_sub_sum(float* s, int64_t n, float mx);
+
 float gelu_tanh(float x);
 // out[i] = gelu_tanh(a[i]) * b[i] (out may alias a)
 void gelu_mul(const float* a, const float* b, float* out, int64_t n);

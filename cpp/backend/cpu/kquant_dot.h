@@ -25,8 +25,7 @@ struct UnpackedK {
 bool has_q8k_dot(TensorType t);
 void quantize_act_q8k(const float* x, BlockQ8K* out, int64_t n);  // n % 256 == 0
 void unpack_k_row(TensorType t, const void* row, UnpackedK* out, int64_t nb);
-float dot_q8k(const UnpackedK* w, const BlockQ8K* a, int64_t nb);
-// Four activation rows (a, a + stride, ...); out[t] equals dot_q8k of row t exactly.
-void dot_q8k_x4(const UnpackedK* w, const BlockQ8K* a, int64_t stride, int64_t nb, float* out);
+// One weight row (nb super-blocks of type t) against nb activation blocks.
+float dot_q8k_row(TensorType t, const void* row, const BlockQ8K* a, int64_t nb);
 
 }  // namespace markbase::cpu

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/cpu/avx2_blocks.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/simd_neon.h"
 #include "formats/half.h"
@@ -110,22 +111,8 @@ AVX2 inline __m256 dot_us(__m256i x, __m256i y) {
   return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
 }
 
-AVX2 inline __m256i nibbles(const uint8_t* qs) {
-  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m256i b = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
-  return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
-}
-
-// 32 bits -> 32 bytes of 0xFF (bit set) or 0x00.
-AVX2 inline __m256i bits_to_bytes(const uint8_t* qh) {
-  uint32_t x;
-  std::memcpy(&x, qh, 4);
-  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
-                                         0x0101010101010101, 0x0000000000000000);
-  __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(x)), shuf);
-  b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
-  return _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1));
-}
+using avx2::bits_to_bytes;
+using avx2::nibbles;
 
 AVX2 inline __m256i load_a(const BlockQ8& a) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
@@ -179,60 +166,30 @@ AVX2 float dot_q5_1_avx2(const void* wv, const BlockQ8* a, int64_t nb) {
   __m256 acc = _mm256_setzero_ps();
   float mins = 0.0f;
   for (int64_t i = 0; i < nb; ++i) {
-    __m256i x = nibbles(w[i].qs);
-    x = _mm256_or_si256(x, _mm256_and_si256(bits_to_bytes(w[i].qh), _mm256_set1_epi8(0x10)));
+    const __m256i x = avx2::q5_values(w[i].qs, w[i].qh);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[i].d) * a[i].d), dot_us(x, load_a(a[i])), acc);
     mins += _cvtsh_ss(w[i].m) * a[i].d * static_cast<float>(a[i].sum);
   }
   return hsum8(acc) + mins;
 }
 
-// Four activation rows at once: each weight block is unpacked once (prefill).
+// Q4_0 (KIND 1) values 0..15 or Q5_0 (KIND 2) values 0..31, before the offset of 8 or 16.
 template <int KIND>
-AVX2 inline __m256i unpack_signed(const void* wv, int64_t i) {
-  if constexpr (KIND == 0) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const block_q8_0*>(wv)[i].qs));
-  } else if constexpr (KIND == 1) {
-    return _mm256_sub_epi8(nibbles(static_cast<const block_q4_0*>(wv)[i].qs), _mm256_set1_epi8(8));
+AVX2 inline __m256i unsigned_values(const void* wv, int64_t i) {
+  if constexpr (KIND == 1) {
+    return nibbles(static_cast<const block_q4_0*>(wv)[i].qs);
   } else {
     const block_q5_0& b = static_cast<const block_q5_0*>(wv)[i];
-    const __m256i hi = _mm256_andnot_si256(bits_to_bytes(b.qh), _mm256_set1_epi8(static_cast<char>(0xF0)));
-    return _mm256_or_si256(nibbles(b.qs), hi);
+    return avx2::q5_values(b.qs, b.qh);
   }
 }
 
+// The float16 scale of block i of a Q8_0 (KIND 0), Q4_0 (1) or Q5_0 (2) row.
 template <int KIND>
 AVX2 inline float scale_of(const void* wv, int64_t i) {
   if constexpr (KIND == 0) return _cvtsh_ss(static_cast<const block_q8_0*>(wv)[i].d);
   else if constexpr (KIND == 1) return _cvtsh_ss(static_cast<const block_q4_0*>(wv)[i].d);
   else return _cvtsh_ss(static_cast<const block_q5_0*>(wv)[i].d);
-}
-
-template <int KIND>
-AVX2 void dot4_avx2(const void* w, const BlockQ8* a0, int64_t stride, int64_t nb, float* out) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps(),
-         acc3 = _mm256_setzero_ps();
-  const BlockQ8* a1 = a0 + stride;
-  const BlockQ8* a2 = a1 + stride;
-  const BlockQ8* a3 = a2 + stride;
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t i = 0; i < nb; ++i) {
-    const __m256i x = unpack_signed<KIND>(w, i);
-    const __m256i ax = _mm256_sign_epi8(x, x);
-    const float d = scale_of<KIND>(w, i);
-#define MB_DOT(A, ACC)                                                                          \
-    {                                                                                           \
-      const __m256i sy = _mm256_sign_epi8(load_a(A[i]), x);                                     \
-      const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), ones)); \
-      ACC = _mm256_fmadd_ps(_mm256_set1_ps(d * A[i].d), p, ACC);                                \
-    }
-    MB_DOT(a0, acc0) MB_DOT(a1, acc1) MB_DOT(a2, acc2) MB_DOT(a3, acc3)
-#undef MB_DOT
-  }
-  out[0] = hsum8(acc0);
-  out[1] = hsum8(acc1);
-  out[2] = hsum8(acc2);
-  out[3] = hsum8(acc3);
 }
 
 // Four weight rows at once against one activation row (decode): the activation block is loaded
@@ -256,15 +213,15 @@ AVX2 void rows4_avx2(const void* w, size_t row_bytes, const BlockQ8* a, int64_t 
     _mm_prefetch(ahead + i * step + 64, _MM_HINT_T0);
     const __m256i y = load_a(a[i]);
     const float da = a[i].d;
-    if constexpr (KIND == 1) {
-      // Q4_0: multiply the unsigned nibbles q by y directly and take 8 * y away per lane (y's
-      // lane sums, shared by the four rows): each lane is the same integer as sum (q - 8) y,
-      // without the two sign operations per row.
-      const __m256i y8 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), y), ones);
+    if constexpr (KIND == 1 || KIND == 2) {
+      // Q4_0 / Q5_0: multiply the unsigned values q by y directly and take 8 (16) * y away per
+      // lane (y's lane sums, shared by the four rows): each lane is the same integer as
+      // sum (q - 8) y (or (q - 16) y), without the two sign operations per row.
+      const __m256i yb = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(KIND == 1 ? 8 : 16), y), ones);
 #define MB_ROW_U(W, ACC)                                                                        \
       {                                                                                         \
-        const __m256i q = nibbles(static_cast<const block_q4_0*>(W)[i].qs);                    \
-        const __m256i p32 = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(q, y), ones), y8); \
+        const __m256i q = unsigned_values<KIND>(W, i);                                          \
+        const __m256i p32 = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(q, y), ones), yb); \
         ACC = _mm256_fmadd_ps(_mm256_set1_ps(scale_of<KIND>(W, i) * da), _mm256_cvtepi32_ps(p32), ACC); \
       }
       MB_ROW_U(w0, acc0) MB_ROW_U(w1, acc1) MB_ROW_U(w2, acc2) MB_ROW_U(w3, acc3)
@@ -273,7 +230,7 @@ AVX2 void rows4_avx2(const void* w, size_t row_bytes, const BlockQ8* a, int64_t 
     }
 #define MB_ROW(W, ACC)                                                                          \
     {                                                                                           \
-      const __m256i x = unpack_signed<KIND>(W, i);                                              \
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const block_q8_0*>(W)[i].qs)); \
       const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)); \
       const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));                        \
       ACC = _mm256_fmadd_ps(_mm256_set1_ps(scale_of<KIND>(W, i) * da), p, ACC);                 \
@@ -285,6 +242,39 @@ AVX2 void rows4_avx2(const void* w, size_t row_bytes, const BlockQ8* a, int64_t 
   out[1] = hsum8(acc1);
   out[2] = hsum8(acc2);
   out[3] = hsum8(acc3);
+}
+
+// quantize_act_q8 with 8 lanes: the same float products and round-half-to-even, so the same bytes.
+AVX2 void quantize_act_q8_avx2(const float* x, BlockQ8* out, int64_t n) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < n / 32; ++b, x += 32) {
+    __m256 v[4];
+    __m256 mx = _mm256_setzero_ps();
+    for (int j = 0; j < 4; ++j) {
+      v[j] = _mm256_loadu_ps(x + 8 * j);
+      mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[j]));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    BlockQ8& o = out[b];
+    o.d = fp16_to_fp32(fp32_to_fp16(amax / 127.0f));
+    const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    __m256i q[4];
+    for (int j = 0; j < 4; ++j)
+      q[j] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[j], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const __m256i s32 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+    o.sum = _mm_cvtsi128_si32(s4);
+    // packs interleave the 128-bit halves; the permutation restores element order.
+    const __m256i p16 = _mm256_packs_epi32(q[0], q[1]), p16b = _mm256_packs_epi32(q[2], q[3]);
+    const __m256i p8 = _mm256_packs_epi16(p16, p16b);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.qs),
+                        _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  }
 }
 #endif
 
@@ -317,6 +307,9 @@ const Table& table() {
 // Rounds exactly as llama.cpp's x86 quantize_row_q8_0 (scale 127 / amax, round half to even),
 // so that both engines see the same quantized activations.
 void quantize_act_q8(const float* x, BlockQ8* out, int64_t n) {
+#ifdef MARKBASE_X86
+  if (table().q8_0 == dot_q8_0_avx2) return quantize_act_q8_avx2(x, out, n);
+#endif
   for (int64_t b = 0; b < n / 32; ++b, x += 32) {
     float amax = 0.0f;
     for (int j = 0; j < 32; ++j) {
@@ -339,20 +332,6 @@ void quantize_act_q8(const float* x, BlockQ8* out, int64_t n) {
 bool has_q8_dot(TensorType t) {
   return t == TensorType::Q8_0 || t == TensorType::Q4_0 || t == TensorType::Q4_1 ||
          t == TensorType::Q5_0 || t == TensorType::Q5_1;
-}
-
-void dot_q8_x4(TensorType t, const void* w, const BlockQ8* a, int64_t stride, int64_t nb, float* out) {
-#ifdef MARKBASE_X86
-  if (table().q8_0 == dot_q8_0_avx2) {
-    switch (t) {
-      case TensorType::Q8_0: return dot4_avx2<0>(w, a, stride, nb, out);
-      case TensorType::Q4_0: return dot4_avx2<1>(w, a, stride, nb, out);
-      case TensorType::Q5_0: return dot4_avx2<2>(w, a, stride, nb, out);
-      default: break;
-    }
-  }
-#endif
-  for (int j = 0; j < 4; ++j) out[j] = dot_q8(t, w, a + j * stride, nb);
 }
 
 void dot_q8_rows4(TensorType t, const void* w, size_t row_bytes, const BlockQ8* a, int64_t nb, float* out) {

@@ -23,7 +23,5 @@ bool has_q8_dot(TensorType t);
 float dot_q8(TensorType t, const void* w, const BlockQ8* a, int64_t nb);
 // Four consecutive weight rows (row_bytes apart) against one activation row.
 void dot_q8_rows4(TensorType t, const void* w, size_t row_bytes, const BlockQ8* a, int64_t nb, float* out);
-// The same for four activation rows (a, a + stride, ...): out[j] equals dot_q8 of row j exactly.
-void dot_q8_x4(TensorType t, const void* w, const BlockQ8* a, int64_t stride, int64_t nb, float* out);
 
 }  // namespace markbase::cpu

@@ -6,6 +6,7 @@
 
 #include "backend/cpu/avx2_blocks.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/simd_neon.h"
 #include "formats/half.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -345,10 +346,17 @@ PAVX2 void gemmk_avx2(const PanelK* p, int64_t nb, const BlockQ8K* a, int64_t as
 }
 #endif
 
+#ifdef MARKBASE_X86
 bool use_avx2() {
   static const bool avx2 = std::strcmp(simd_path(), "avx2") == 0;
   return avx2;
 }
+#elif defined(__aarch64__)
+bool use_neon() {
+  static const bool simd = std::strcmp(simd_path(), "portable") != 0;
+  return simd;
+}
+#endif
 
 }  // namespace
 
@@ -422,6 +430,11 @@ void gemm_panel32(TensorType t, const Panel32* p, int64_t nb, const BlockQ8* a, 
     else gemm32_avx2<false>(p, nb, a, a_stride, T, k.bias, mins, out, out_stride, nrows);
     return;
   }
+#elif defined(__aarch64__)
+  if (use_neon()) {
+    const bool mins = t == TensorType::Q4_1 || t == TensorType::Q5_1;
+    return neon::gemm_panel32(p, nb, a, a_stride, T, kind32(t).bias, mins, out, out_stride, nrows);
+  }
 #endif
   gemm32_portable(t, p, nb, a, a_stride, T, out, out_stride, nrows);
 }
@@ -434,6 +447,8 @@ void gemm_panelk(TensorType t, const PanelK* p, int64_t nb, const BlockQ8K* a, i
     else gemmk_avx2<false>(p, nb, a, a_stride, T, out, out_stride, nrows);
     return;
   }
+#elif defined(__aarch64__)
+  if (use_neon()) return neon::gemm_panelk(t == TensorType::Q6_K, p, nb, a, a_stride, T, out, out_stride, nrows);
 #endif
   gemmk_portable(t, p, nb, a, a_stride, T, out, out_stride, nrows);
 }

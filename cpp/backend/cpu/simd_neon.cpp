@@ -68,6 +68,40 @@ inline float32x4_t exp4(float32x4_t x) {
   return vmulq_f32(p, vreinterpretq_f32_s32(e));
 }
 
+// acc + for each of 4 panel rows (16 bytes: row r's 4 values at 4r), the dot of its 4 values
+// with the same 4 activations y4 (broadcast to every lane).
+inline int32x4_t dot_rows4(int32x4_t acc, int8x16_t w, int8x16_t y4) {
+#if defined(__ARM_FEATURE_DOTPROD)
+  return vdotq_s32(acc, w, y4);
+#else
+  const int32x4_t lo = vpaddlq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(y4)));
+  const int32x4_t hi = vpaddlq_s16(vmull_high_s8(w, y4));
+  return vaddq_s32(acc, vpaddq_s32(lo, hi));
+#endif
+}
+
+inline int8x16_t bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return vreinterpretq_s8_s32(vdupq_n_s32(v));
+}
+
+// Integer sums of 8 panel rows (lo: rows 0-3, hi: 4-7) over values [4 g0, 4 g1) of one token.
+inline void panel_sums(const uint8_t* q, const int8_t* y, int g0, int g1, int32x4_t& lo, int32x4_t& hi) {
+  for (int g = g0; g < g1; ++g) {
+    const int8x16_t y4 = bcast4(y + 4 * g);
+    lo = dot_rows4(lo, vreinterpretq_s8_u8(vld1q_u8(q + g * 32)), y4);
+    hi = dot_rows4(hi, vreinterpretq_s8_u8(vld1q_u8(q + g * 32 + 16)), y4);
+  }
+}
+
+inline void store_rows(float* out, float32x4_t lo, float32x4_t hi, int nrows) {
+  float tmp[kPanelRows];
+  vst1q_f32(tmp, lo);
+  vst1q_f32(tmp + 4, hi);
+  std::memcpy(out, tmp, nrows * sizeof(float));
+}
+
 inline float32x4_t load_f16x4(const uint16_t* p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
 
 }  // namespace
@@ -228,6 +262,60 @@ float dot_q8k(const UnpackedK* w, const BlockQ8K* a, int64_t nb) {
            w[i].dmin * a[i].d * static_cast<float>(summ);
   }
   return acc;
+}
+
+// Panel values are unsigned (< 64) or Q8_0's signed bytes: both are int8 for the dot products.
+void gemm_panel32(const Panel32* p, int64_t nb, const BlockQ8* a, int64_t as, int T, int bias, bool mins,
+                  float* out, int64_t os, int nrows) {
+  for (int t = 0; t < T; ++t) {
+    float32x4_t acc_lo = vdupq_n_f32(0), acc_hi = acc_lo;
+    for (int64_t i = 0; i < nb; ++i) {
+      const BlockQ8& y = a[t * as + i];
+      int32x4_t lo = vdupq_n_s32(0), hi = lo;
+      panel_sums(p[i].q, y.qs, 0, 8, lo, hi);
+      const int32x4_t off = vdupq_n_s32(bias * y.sum);
+      acc_lo = vfmaq_f32(acc_lo, vmulq_n_f32(vld1q_f32(p[i].d), y.d), vcvtq_f32_s32(vsubq_s32(lo, off)));
+      acc_hi = vfmaq_f32(acc_hi, vmulq_n_f32(vld1q_f32(p[i].d + 4), y.d), vcvtq_f32_s32(vsubq_s32(hi, off)));
+      if (mins) {
+        const float ms = y.d * static_cast<float>(y.sum);
+        acc_lo = vfmaq_n_f32(acc_lo, vld1q_f32(p[i].m), ms);
+        acc_hi = vfmaq_n_f32(acc_hi, vld1q_f32(p[i].m + 4), ms);
+      }
+    }
+    store_rows(out + t * os, acc_lo, acc_hi, nrows);
+  }
+}
+
+void gemm_panelk(bool q6, const PanelK* p, int64_t nb, const BlockQ8K* a, int64_t as, int T, float* out,
+                 int64_t os, int nrows) {
+  for (int t = 0; t < T; ++t) {
+    float32x4_t acc_lo = vdupq_n_f32(0), acc_hi = acc_lo;
+    for (int64_t i = 0; i < nb; ++i) {
+      const BlockQ8K& y = a[t * as + i];
+      int32x4_t sumi_lo = vdupq_n_s32(0), sumi_hi = sumi_lo, summ_lo = sumi_lo, summ_hi = sumi_lo;
+      for (int s = 0; s < 16; ++s) {
+        int32x4_t lo = vdupq_n_s32(0), hi = lo;
+        panel_sums(p[i].q, y.qs, 4 * s, 4 * s + 4, lo, hi);
+        const int16x8_t sc = vld2q_s16(&p[i].sc[s][0][0]).val[0];  // sub-group s, rows 0..7
+        sumi_lo = vmlaq_s32(sumi_lo, lo, vmovl_s16(vget_low_s16(sc)));
+        sumi_hi = vmlaq_s32(sumi_hi, hi, vmovl_high_s16(sc));
+        const int16x8_t mn = vld2q_s16(&p[i].mn[s / 2][0][0]).val[s % 2];
+        summ_lo = vmlal_n_s16(summ_lo, vget_low_s16(mn), y.bsums[s]);
+        summ_hi = vmlal_high_n_s16(summ_hi, mn, y.bsums[s]);
+      }
+      const float32x4_t d_lo = vmulq_n_f32(vld1q_f32(p[i].d), y.d), d_hi = vmulq_n_f32(vld1q_f32(p[i].d + 4), y.d);
+      if (q6) {
+        acc_lo = vfmaq_f32(acc_lo, d_lo, vcvtq_f32_s32(vsubq_s32(sumi_lo, summ_lo)));
+        acc_hi = vfmaq_f32(acc_hi, d_hi, vcvtq_f32_s32(vsubq_s32(sumi_hi, summ_hi)));
+      } else {
+        acc_lo = vfmaq_f32(acc_lo, d_lo, vcvtq_f32_s32(sumi_lo));
+        acc_hi = vfmaq_f32(acc_hi, d_hi, vcvtq_f32_s32(sumi_hi));
+        acc_lo = vfmsq_f32(acc_lo, vmulq_n_f32(vld1q_f32(p[i].dmin), y.d), vcvtq_f32_s32(summ_lo));
+        acc_hi = vfmsq_f32(acc_hi, vmulq_n_f32(vld1q_f32(p[i].dmin + 4), y.d), vcvtq_f32_s32(summ_hi));
+      }
+    }
+    store_rows(out + t * os, acc_lo, acc_hi, nrows);
+  }
 }
 
 }  // namespace markbase::cpu::neon

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "backend/cpu/kquant_dot.h"
+#include "backend/cpu/panel_gemm.h"
 #include "backend/cpu/quant_dot.h"
 
 namespace markbase::cpu::neon {
@@ -29,6 +30,14 @@ float dot_q4_1(const void* w, const BlockQ8* a, int64_t nb);
 float dot_q5_0(const void* w, const BlockQ8* a, int64_t nb);
 float dot_q5_1(const void* w, const BlockQ8* a, int64_t nb);
 float dot_q8k(const UnpackedK* w, const BlockQ8K* a, int64_t nb);
+
+// Prefill on row panels (panel_gemm.h): out[t * os + r] for T tokens and nrows rows. 32-blocks:
+// the integer sum less bias * the activations' sum, plus the row mins when `mins`.
+void gemm_panel32(const Panel32* p, int64_t nb, const BlockQ8* a, int64_t as, int T, int bias, bool mins,
+                  float* out, int64_t os, int nrows);
+// K-quants; q6: Q6_K, whose offset (mn = 32 sc, dmin = d) is taken away in integers.
+void gemm_panelk(bool q6, const PanelK* p, int64_t nb, const BlockQ8K* a, int64_t as, int T, float* out,
+                 int64_t os, int nrows);
 
 }  // namespace markbase::cpu::neon
 #endif

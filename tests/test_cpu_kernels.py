@@ -40,6 +40,24 @@ def act_q8_k(x):
     return (q * d).reshape(x.shape)
 
 
+def fast_act(name, x):
+    """x as the fast path quantizes it for weights of type `name` (floats stay as they are)."""
+    return act_q8_0(x) if name in FAST_32 else act_q8_k(x) if name in FAST_256 else x
+
+
+def weights(name, rows, cols, seed):
+    """Random weight rows of type `name`: raw [rows, row_bytes] and their float64 values."""
+    qt, be, _, _ = TYPES[name]
+    n_el = rows * cols
+    raw = random_blocks(name, n_el // be if be > 1 else n_el, seed=seed)
+    if name in ("F16", "BF16"):  # finite weights (random bit patterns include NaN)
+        w = (np.random.default_rng(3).standard_normal(n_el) * 0.1).astype(np.float32)
+        raw = (w.astype(np.float16).view(np.uint8) if name == "F16"
+               else (w.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8))
+    raw = np.ascontiguousarray(raw.reshape(rows, -1))
+    return raw, dequantize(raw.reshape(-1), qt).reshape(rows, cols).astype(np.float64)
+
+
 CHILD = r"""
 import json, sys, numpy as np, markbase
 raw, t, cols, x, precise = np.load(sys.argv[1]), sys.argv[2], int(sys.argv[3]), np.load(sys.argv[4]), sys.argv[5] == "1"
@@ -65,17 +83,9 @@ def run(tmp_path, raw, t, cols, x, precise, simd):
 
 @pytest.mark.parametrize("name", list(TYPES))
 def test_matmul_every_type_both_paths(tmp_path, name):
-    qt, be, bb, _ = TYPES[name]
-    cols = 512 if be == 256 else 256
+    cols = 512 if TYPES[name][1] == 256 else 256
     rows = 13  # not a multiple of 4: the 4-row kernels and the remainder both run
-    n_el = rows * cols
-    raw = random_blocks(name, n_el // be if be > 1 else n_el, seed=11)
-    if name in ("F16", "BF16"):  # finite weights (random bit patterns include NaN)
-        w = (np.random.default_rng(3).standard_normal(n_el) * 0.1).astype(np.float32)
-        raw = (w.astype(np.float16).view(np.uint8) if name == "F16"
-               else (w.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8))
-    raw = raw.reshape(rows, -1)
-    W = dequantize(raw.reshape(-1), qt).reshape(rows, cols).astype(np.float64)
+    raw, W = weights(name, rows, cols, seed=11)
     rng = np.random.default_rng(5)
     paths = set()
     for T in (1, 4, 7):
@@ -86,8 +96,7 @@ def test_matmul_every_type_both_paths(tmp_path, name):
             ref = x.astype(np.float64) @ W.T
             assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 1e-5, (name, T, simd, "precise")
             got_fast, _ = run(tmp_path, raw, name, cols, x, False, simd)
-            xa = act_q8_0(x) if name in FAST_32 else act_q8_k(x) if name in FAST_256 else x
-            ref_fast = xa.astype(np.float64) @ W.T
+            ref_fast = fast_act(name, x).astype(np.float64) @ W.T
             assert np.linalg.norm(got_fast - ref_fast) / np.linalg.norm(ref_fast) < 1e-5, (name, T, simd, "fast")
     assert "portable" in paths
 
@@ -97,18 +106,14 @@ def test_prefill_panels_tails(tmp_path, name):
     """Prefill runs on panels of 8 weight rows and up to 4 tokens at a time: several panels with
     a partial last one (37 rows) and every token remainder, the SIMD kernels against the portable
     ones (the same integer sums) and both against numpy."""
-    qt, be, bb, _ = TYPES[name]
     cols = 512
-    rows = 37
-    raw = random_blocks(name, rows * cols // be, seed=23).reshape(rows, -1)
-    W = dequantize(raw.reshape(-1), qt).reshape(rows, cols).astype(np.float64)
+    raw, W = weights(name, rows=37, cols=cols, seed=23)
     rng = np.random.default_rng(9)
     for T in (2, 5, 9, 16):
         x = rng.standard_normal((T, cols)).astype(np.float32)
         got, path = run(tmp_path, raw, name, cols, x, False, "auto")
         ref_got, _ = run(tmp_path, raw, name, cols, x, False, "portable")
-        xa = act_q8_0(x) if name in FAST_32 else act_q8_k(x)
-        ref = xa.astype(np.float64) @ W.T
+        ref = fast_act(name, x).astype(np.float64) @ W.T
         assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 1e-5, (name, T, path)
         assert np.linalg.norm(ref_got - ref) / np.linalg.norm(ref) < 1e-5, (name, T, "portable")
         assert np.abs(got - ref_got).max() <= 1e-5 * np.abs(ref).max(), (name, T, path)

@@ -18,10 +18,9 @@ import numpy as np
 import pytest
 
 pytest.importorskip("gguf")
-from gguf.quants import dequantize  # noqa: E402
 
-from test_cpu_kernels import FAST_32, FAST_256, act_q8_0, act_q8_k  # noqa: E402
-from test_formats import TYPES, random_blocks  # noqa: E402
+from test_cpu_kernels import FAST_32, FAST_256, fast_act, weights  # noqa: E402
+from test_formats import TYPES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CXX = shutil.which("aarch64-linux-gnu-g++")
@@ -65,35 +64,39 @@ def _run(exe, args, simd):
     return r.stdout.strip()
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
-@pytest.mark.parametrize("name", list(TYPES))
-def test_neon_matmul_every_type(binaries, tmp_path, variant, name):
-    qt, be, _, _ = TYPES[name]
-    cols = 512 if be == 256 else 256
-    rows = 13  # not a multiple of 4: the 4-row kernels and the remainder both run
-    n_el = rows * cols
-    raw = random_blocks(name, n_el // be if be > 1 else n_el, seed=11)
-    if name in ("F16", "BF16"):  # finite weights (random bit patterns include NaN)
-        w = (np.random.default_rng(3).standard_normal(n_el) * 0.1).astype(np.float32)
-        raw = (w.astype(np.float16).view(np.uint8) if name == "F16"
-               else (w.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8))
-    raw = np.ascontiguousarray(raw.reshape(rows, -1))
+def _check_matmul(binaries, variant, tmp_path, name, raw, W, T_values, precise_modes, seed):
     raw.tofile(tmp_path / "raw.bin")
-    W = dequantize(raw.reshape(-1), qt).reshape(rows, cols).astype(np.float64)
-    rng = np.random.default_rng(5)
-    for T in (1, 4, 7):
+    rows, cols = W.shape
+    rng = np.random.default_rng(seed)
+    for T in T_values:
         x = rng.standard_normal((T, cols)).astype(np.float32)
         x.tofile(tmp_path / "x.bin")
-        for precise in (True, False):
-            xa = x if precise else act_q8_0(x) if name in FAST_32 else act_q8_k(x) if name in FAST_256 else x
-            ref = xa.astype(np.float64) @ W.T
+        for precise in precise_modes:
+            ref = (x if precise else fast_act(name, x)).astype(np.float64) @ W.T
             for simd in ("auto", "portable"):
                 path = _run(binaries[variant], ["matmul", name, rows, cols, T, int(precise), tmp_path / "raw.bin",
-                                                tmp_path / "x.bin", tmp_path / "out.bin"], simd)
+                                  tmp_path / "x.bin", tmp_path / "out.bin"], simd)
                 assert path == (variant if simd == "auto" else "portable")
                 got = np.fromfile(tmp_path / "out.bin", np.float32).reshape(T, rows)
                 err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
                 assert err < 1e-5, (name, T, simd, precise, err)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("name", list(TYPES))
+def test_neon_matmul_every_type(binaries, tmp_path, variant, name):
+    cols = 512 if TYPES[name][1] == 256 else 256
+    raw, W = weights(name, rows=13, cols=cols, seed=11)  # 13 rows: 4-row kernels and a remainder
+    _check_matmul(binaries, variant, tmp_path, name, raw, W, (1, 4, 7), (True, False), seed=5)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("name", sorted(FAST_32 | FAST_256))
+def test_neon_prefill_panels_tails(binaries, tmp_path, variant, name):
+    """Several 8-row panels with a partial last one (37 rows) and token counts around the
+    kernels' groups."""
+    raw, W = weights(name, rows=37, cols=512, seed=23)
+    _check_matmul(binaries, variant, tmp_path, name, raw, W, (2, 5, 9, 16), (False,), seed=9)
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))

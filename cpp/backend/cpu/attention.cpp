@@ -136,7 +136,7 @@ struct Kernels {
   void (*pv)(const float*, int, int, const KT* const*, int, int, float* const*) = pv_portable<KT>;
   explicit Kernels(int d) {
 #ifdef MARKBASE_X86
-    if (d % 16 == 0 && std::strcmp(simd_path(), "avx2") == 0) {
+    if (d % 16 == 0 && simd_avx2()) {
       qk = qk_avx2<KT>;
       pv = pv_avx2<KT>;
     }

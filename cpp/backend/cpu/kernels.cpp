@@ -214,6 +214,16 @@ bool has_f16c() {
 }
 #endif
 
+#ifdef MARKBASE_X86
+// AVX-512 F, BW and VL (with the OS saving the registers: GCC's and clang's checks include it)
+// and VNNI (CPUID leaf 7, ECX bit 11).
+bool has_avx512_vnni() {
+  unsigned a, b, c, d;
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 11));
+}
+#endif
+
 struct Dispatch {
   float (*dot_f32)(const float*, const float*, int64_t) = dot_f32_portable;
   float (*dot_f16)(const float*, const uint16_t*, int64_t) = dot_f16_portable;
@@ -239,6 +249,7 @@ struct Dispatch {
       sum_squares = sum_squares_avx2;
       exp_sub_sum = exp_sub_sum_avx2;
       name = "avx2";
+      if (has_avx512_vnni() && !(force && std::strcmp(force, "avx2") == 0)) name = "avx512";
     }
 #elif defined(__aarch64__)
     dot_f32 = neon::dot_f32;
@@ -268,6 +279,14 @@ void softcap(const float* a, float* out, int64_t n, float cap) { dispatch().soft
 double sum_squares(const float* x, int64_t n) { return dispatch().sum_squares(x, n); }
 float exp_sub_sum(float* s, int64_t n, float mx) { return dispatch().exp_sub_sum(s, n, mx); }
 const char* simd_path() { return dispatch().name; }
+bool simd_avx2() {
+  static const bool v = std::strcmp(simd_path(), "avx2") == 0 || simd_avx512();
+  return v;
+}
+bool simd_avx512() {
+  static const bool v = std::strcmp(simd_path(), "avx512") == 0;
+  return v;
+}
 
 float gelu_tanh(float x) {
   const float c = 0.7978845608028654f;  // sqrt(2 / pi)

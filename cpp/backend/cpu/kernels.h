@@ -14,9 +14,13 @@ float dot_f16(const float* a, const uint16_t* b, int64_t n);
 void axpy_f16(float s, const uint16_t* x, float* y, int64_t n);
 void axpy_f32(float s, const float* x, float* y, int64_t n);
 
-// Which implementation the dispatcher picked: "avx2", "neon", "neon+dotprod" or "portable". MARKBASE_SIMD=portable
-// in the environment forces the portable path.
+// Which implementation the dispatcher picked: "avx512" (AVX-512 F/BW/VL/VNNI: the prefill
+// product on 512-bit vectors, everything else on AVX2), "avx2", "neon", "neon+dotprod" or
+// "portable". MARKBASE_SIMD=portable (or =avx2 on an AVX-512 machine) forces a lower path.
 const char* simd_path();
+// True on the "avx2" and "avx512" paths (AVX2 + FMA + F16C kernels are in use).
+bool simd_avx2();
+bool simd_avx512();
 
 // sum_i x[i]^2, accumulated in double (each square is exact in double)
 double sum_squares(const float* x, int64_t n);

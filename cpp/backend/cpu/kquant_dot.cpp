@@ -73,7 +73,7 @@ __attribute__((target("avx2,fma"))) void quantize_act_q8k_avx2(const float* x, B
 
 void quantize_act_q8k(const float* x, BlockQ8K* out, int64_t n) {
 #ifdef MARKBASE_X86
-  static const bool avx2 = std::strcmp(simd_path(), "avx2") == 0;
+  static const bool avx2 = simd_avx2();
   if (avx2) return quantize_act_q8k_avx2(x, out, n);
 #endif
   for (int64_t b = 0; b < n / 256; ++b, x += 256) {
@@ -108,7 +108,7 @@ void unpack_k_row_avx2(TensorType t, const void* row, UnpackedK* out, int64_t nb
 
 void unpack_k_row(TensorType t, const void* row, UnpackedK* out, int64_t nb) {
 #ifdef MARKBASE_X86
-  static const bool avx2 = std::strcmp(simd_path(), "avx2") == 0;
+  static const bool avx2 = simd_avx2();
   if (avx2) return unpack_k_row_avx2(t, row, out, nb);
 #endif
   unpack_k_row_portable(t, row, out, nb);
@@ -364,7 +364,7 @@ KAVX2 float dot_k_row_avx2(const void* row, const BlockQ8K* a, int64_t nb) {
 
 float dot_q8k_row(TensorType t, const void* row, const BlockQ8K* a, int64_t nb) {
 #ifdef MARKBASE_X86
-  static const bool avx2 = std::strcmp(simd_path(), "avx2") == 0;
+  static const bool avx2 = simd_avx2();
   if (avx2) {
     switch (t) {
       case TensorType::Q4_K: return dot_k_row_avx2<TensorType::Q4_K>(row, a, nb);

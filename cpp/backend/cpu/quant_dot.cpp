@@ -284,7 +284,7 @@ struct Table {
         q5_0 = dot_q5_0_portable, q5_1 = dot_q5_1_portable;
   Table() {
 #ifdef MARKBASE_X86
-    if (std::strcmp(simd_path(), "avx2") == 0) {
+    if (simd_avx2()) {
       q8_0 = dot_q8_0_avx2; q4_0 = dot_q4_0_avx2; q4_1 = dot_q4_1_avx2;
       q5_0 = dot_q5_0_avx2; q5_1 = dot_q5_1_avx2;
     }

@@ -6,6 +6,9 @@
 //   cpu_kernels_main vec N s cap a.bin b.bin h.bin out.bin
 //       a, b float32[N], h float16[N] -> out = [dot_f32(a, b), dot_f16(a, h),
 //       a + s * h, a + s * b, gelu_tanh(a) * b, cap * tanh(a / cap)] (1 + 1 + 4N floats)
+//   cpu_kernels_main engine MODEL PRECISE N_GEN ids.bin logits.bin gen.bin
+//       the whole engine on the CPU backend (2 threads, f32 KV cache): logits of the int32 ids
+//       (prefill in chunks of 16) and N_GEN greedy tokens after them (int32)
 // Prints the SIMD path the dispatcher picked.
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +20,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/thread_pool.h"
 #include "formats/tensor.h"
+#include "runtime/engine.h"
 
 using namespace markbase;
 
@@ -75,6 +79,30 @@ int vec_cmd(char** argv) {
   return 0;
 }
 
+int engine_cmd(char** argv) {
+  EngineOptions o;
+  o.backend = "cpu";
+  o.threads = 2;
+  o.max_context = 512;
+  o.kv_cache = "f32";
+  o.precise = std::atoi(argv[1]) != 0;
+  o.prefill_chunk = 16;
+  Engine e(argv[0], o);
+  const int n_gen = std::atoi(argv[2]);
+  FILE* f = std::fopen(argv[3], "rb");
+  if (!f) throw std::runtime_error(std::string("cannot read ") + argv[3]);
+  std::vector<int32_t> ids;
+  for (int32_t v; std::fread(&v, 4, 1, f) == 1;) ids.push_back(v);
+  std::fclose(f);
+  write_file(argv[4], e.logits(std::vector<int>(ids.begin(), ids.end())));
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  std::vector<int32_t> gen;
+  for (int i = 0; i < n_gen; ++i) gen.push_back(i == 0 ? e.begin(std::vector<int>(ids.begin(), ids.end()), greedy) : e.next());
+  write_file(argv[5], gen);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,6 +111,7 @@ int main(int argc, char** argv) {
     int rc;
     if (cmd == "matmul" && argc == 10) rc = matmul_cmd(argv + 2);
     else if (cmd == "vec" && argc == 9) rc = vec_cmd(argv + 2);
+    else if (cmd == "engine" && argc == 8) rc = engine_cmd(argv + 2);
     else {
       std::fprintf(stderr, "usage: see the comment at the top of tests/cpu_kernels_main.cpp\n");
       return 2;

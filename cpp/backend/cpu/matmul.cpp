@@ -7,6 +7,23 @@
 #include "formats/quants.h"
 
 namespace markbase::cpu {
+namespace {
+
+// fn(n, nr, panel) for every panel of 8 weight rows (n: its first row, nr <= 8 rows), panels split
+// across threads; each thread unpacks into its own buffer of nb blocks.
+template <class Panel, class F>
+void over_panels(ThreadPool& pool, int64_t N, int64_t nb, const F& fn) {
+  pool.parallel_for((N + kPanelRows - 1) / kPanelRows, 1, [&](int64_t p0, int64_t p1) {
+    thread_local std::vector<Panel> panel;
+    panel.resize(nb);
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t n = p * kPanelRows;
+      fn(n, static_cast<int>(std::min<int64_t>(kPanelRows, N - n)), panel.data());
+    }
+  });
+}
+
+}  // namespace
 
 // out[t, n] = dot(a[t], W[n]) for n in [0, N), t in [0, T). The fast path quantizes the
 // activations to 8-bit blocks once and uses integer dot products: prefill (T > 1) on row panels
@@ -25,15 +42,9 @@ void matmul(ThreadPool& pool, MatmulScratch& scratch, const TensorView& w, const
     });
     const BlockQ8* q = scratch.q8.data();
     if (T > 1) {  // prefill: row panels against every token
-      pool.parallel_for((N + kPanelRows - 1) / kPanelRows, 1, [&](int64_t p0, int64_t p1) {
-        thread_local std::vector<Panel32> panel;
-        panel.resize(nb);
-        for (int64_t p = p0; p < p1; ++p) {
-          const int64_t n = p * kPanelRows;
-          const int nr = static_cast<int>(std::min<int64_t>(kPanelRows, N - n));
-          pack_panel32(w.type, base + n * rb, rb, nr, nb, panel.data());
-          gemm_panel32(w.type, panel.data(), nb, q, nb, T, out + n, out_stride, nr);
-        }
+      over_panels<Panel32>(pool, N, nb, [&](int64_t n, int nr, Panel32* panel) {
+        pack_panel32(w.type, base + n * rb, rb, nr, nb, panel);
+        gemm_panel32(w.type, panel, nb, q, nb, T, out + n, out_stride, nr);
       });
       return;
     }
@@ -56,15 +67,9 @@ void matmul(ThreadPool& pool, MatmulScratch& scratch, const TensorView& w, const
     });
     const BlockQ8K* q = scratch.q8k.data();
     if (T > 1) {
-      pool.parallel_for((N + kPanelRows - 1) / kPanelRows, 1, [&](int64_t p0, int64_t p1) {
-        thread_local std::vector<PanelK> panel;
-        panel.resize(nb);
-        for (int64_t p = p0; p < p1; ++p) {
-          const int64_t n = p * kPanelRows;
-          const int nr = static_cast<int>(std::min<int64_t>(kPanelRows, N - n));
-          pack_panelk(w.type, base + n * rb, rb, nr, nb, panel.data());
-          gemm_panelk(w.type, panel.data(), nb, q, nb, T, out + n, out_stride, nr);
-        }
+      over_panels<PanelK>(pool, N, nb, [&](int64_t n, int nr, PanelK* panel) {
+        pack_panelk(w.type, base + n * rb, rb, nr, nb, panel);
+        gemm_panelk(w.type, panel, nb, q, nb, T, out + n, out_stride, nr);
       });
       return;
     }

@@ -287,6 +287,10 @@ bool simd_avx512() {
   static const bool v = std::strcmp(simd_path(), "avx512") == 0;
   return v;
 }
+bool simd_neon() {
+  static const bool v = std::strncmp(simd_path(), "neon", 4) == 0;
+  return v;
+}
 
 float gelu_tanh(float x) {
   const float c = 0.7978845608028654f;  // sqrt(2 / pi)

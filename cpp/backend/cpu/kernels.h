@@ -21,6 +21,8 @@ const char* simd_path();
 // True on the "avx2" and "avx512" paths (AVX2 + FMA + F16C kernels are in use).
 bool simd_avx2();
 bool simd_avx512();
+// True on the "neon" and "neon+dotprod" paths.
+bool simd_neon();
 
 // sum_i x[i]^2, accumulated in double (each square is exact in double)
 double sum_squares(const float* x, int64_t n);

@@ -73,8 +73,7 @@ __attribute__((target("avx2,fma"))) void quantize_act_q8k_avx2(const float* x, B
 
 void quantize_act_q8k(const float* x, BlockQ8K* out, int64_t n) {
 #ifdef MARKBASE_X86
-  static const bool avx2 = simd_avx2();
-  if (avx2) return quantize_act_q8k_avx2(x, out, n);
+  if (simd_avx2()) return quantize_act_q8k_avx2(x, out, n);
 #endif
   for (int64_t b = 0; b < n / 256; ++b, x += 256) {
     float amax = 0.0f, max = 0.0f;
@@ -108,8 +107,7 @@ void unpack_k_row_avx2(TensorType t, const void* row, UnpackedK* out, int64_t nb
 
 void unpack_k_row(TensorType t, const void* row, UnpackedK* out, int64_t nb) {
 #ifdef MARKBASE_X86
-  static const bool avx2 = simd_avx2();
-  if (avx2) return unpack_k_row_avx2(t, row, out, nb);
+  if (simd_avx2()) return unpack_k_row_avx2(t, row, out, nb);
 #endif
   unpack_k_row_portable(t, row, out, nb);
 }
@@ -364,8 +362,7 @@ KAVX2 float dot_k_row_avx2(const void* row, const BlockQ8K* a, int64_t nb) {
 
 float dot_q8k_row(TensorType t, const void* row, const BlockQ8K* a, int64_t nb) {
 #ifdef MARKBASE_X86
-  static const bool avx2 = simd_avx2();
-  if (avx2) {
+  if (simd_avx2()) {
     switch (t) {
       case TensorType::Q4_K: return dot_k_row_avx2<TensorType::Q4_K>(row, a, nb);
       case TensorType::Q5_K: return dot_k_row_avx2<TensorType::Q5_K>(row, a, nb);
@@ -377,8 +374,7 @@ float dot_q8k_row(TensorType t, const void* row, const BlockQ8K* a, int64_t nb) 
   if (static_cast<int64_t>(u.size()) < nb) u.resize(nb);
   unpack_k_row(t, row, u.data(), nb);
 #if defined(__aarch64__)
-  static const bool simd = std::strcmp(simd_path(), "portable") != 0;
-  if (simd) return neon::dot_q8k(u.data(), a, nb);
+  if (simd_neon()) return neon::dot_q8k(u.data(), a, nb);
 #endif
   return dot_q8k_portable(u.data(), a, nb);
 }

@@ -429,23 +429,12 @@ PAVX2 void gemmk_avx2(const PanelK* p, int64_t nb, const BlockQ8K* a, int64_t as
 }
 #endif
 
-#ifdef MARKBASE_X86
-bool use_avx2() {
-  static const bool avx2 = simd_avx2();
-  return avx2;
-}
-#elif defined(__aarch64__)
-bool use_neon() {
-  static const bool simd = std::strcmp(simd_path(), "portable") != 0;
-  return simd;
-}
-#endif
 
 }  // namespace
 
 void pack_panel32(TensorType t, const uint8_t* rows, size_t row_bytes, int nrows, int64_t nb, Panel32* out) {
 #ifdef MARKBASE_X86
-  if (use_avx2()) return pack32_avx2(t, rows, row_bytes, nrows, nb, out);
+  if (simd_avx2()) return pack32_avx2(t, rows, row_bytes, nrows, nb, out);
 #endif
   for (int64_t i = 0; i < nb; ++i) {
     Panel32& p = out[i];
@@ -493,7 +482,7 @@ void pack_panelk(TensorType t, const uint8_t* rows, size_t row_bytes, int nrows,
       p.dmin[r] = k.dmin;
     }
 #ifdef MARKBASE_X86
-    if (use_avx2()) {
+    if (simd_avx2()) {
       interleave_k_avx2(&u[i], nb, p.q);
       continue;
     }
@@ -506,11 +495,10 @@ void pack_panelk(TensorType t, const uint8_t* rows, size_t row_bytes, int nrows,
 void gemm_panel32(TensorType t, const Panel32* p, int64_t nb, const BlockQ8* a, int64_t a_stride, int T,
                   float* out, int64_t out_stride, int nrows) {
 #ifdef MARKBASE_X86
-  if (use_avx2()) {
+  if (simd_avx2()) {
     const Kind32 k = kind32(t);
     const bool mins = t == TensorType::Q4_1 || t == TensorType::Q5_1;
-    static const bool avx512 = simd_avx512();
-    if (avx512) {
+    if (simd_avx512()) {
       if (k.is_signed) gemm32_avx512<true>(p, nb, a, a_stride, T, 0, false, out, out_stride, nrows);
       else gemm32_avx512<false>(p, nb, a, a_stride, T, k.bias, mins, out, out_stride, nrows);
     } else if (k.is_signed) {
@@ -521,7 +509,7 @@ void gemm_panel32(TensorType t, const Panel32* p, int64_t nb, const BlockQ8* a, 
     return;
   }
 #elif defined(__aarch64__)
-  if (use_neon()) {
+  if (simd_neon()) {
     const bool mins = t == TensorType::Q4_1 || t == TensorType::Q5_1;
     return neon::gemm_panel32(p, nb, a, a_stride, T, kind32(t).bias, mins, out, out_stride, nrows);
   }
@@ -532,13 +520,13 @@ void gemm_panel32(TensorType t, const Panel32* p, int64_t nb, const BlockQ8* a, 
 void gemm_panelk(TensorType t, const PanelK* p, int64_t nb, const BlockQ8K* a, int64_t a_stride, int T,
                  float* out, int64_t out_stride, int nrows) {
 #ifdef MARKBASE_X86
-  if (use_avx2()) {
+  if (simd_avx2()) {
     if (t == TensorType::Q6_K) gemmk_avx2<true>(p, nb, a, a_stride, T, out, out_stride, nrows);
     else gemmk_avx2<false>(p, nb, a, a_stride, T, out, out_stride, nrows);
     return;
   }
 #elif defined(__aarch64__)
-  if (use_neon()) return neon::gemm_panelk(t == TensorType::Q6_K, p, nb, a, a_stride, T, out, out_stride, nrows);
+  if (simd_neon()) return neon::gemm_panelk(t == TensorType::Q6_K, p, nb, a, a_stride, T, out, out_stride, nrows);
 #endif
   gemmk_portable(t, p, nb, a, a_stride, T, out, out_stride, nrows);
 }

@@ -289,7 +289,7 @@ struct Table {
       q5_0 = dot_q5_0_avx2; q5_1 = dot_q5_1_avx2;
     }
 #elif defined(__aarch64__)
-    if (std::strcmp(simd_path(), "portable") != 0) {
+    if (simd_neon()) {
       q8_0 = neon::dot_q8_0; q4_0 = neon::dot_q4_0; q4_1 = neon::dot_q4_1;
       q5_0 = neon::dot_q5_0; q5_1 = neon::dot_q5_1;
     }

@@ -128,8 +128,35 @@ void k_header(const B& b, UnpackedK& u) {
 }
 
 #ifdef MARKBASE_X86
+// The super-block decoders shared by the row unpacker and the decode row dot (values unsigned:
+// Q4_K 0..15, Q5_K 0..31, Q6_K q + 32 in 0..63).
+
+// Q6_K values 128n + 32k for k = 0..3.
+__attribute__((target("avx2"))) inline void q6k_values(const block_q6_K& b, int n, __m256i v[4]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+  const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * n));
+  const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * n + 32));
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * n));
+  v[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
+  v[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4));
+  v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
+  v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
+}
+
+// Q4_K / Q5_K values 64p .. 64p + 31 (lo) and 64p + 32 .. 64p + 63 (hi); qh: Q5_K's high bits.
+__attribute__((target("avx2"))) inline void q45k_values(const uint8_t* qs, __m256i qh, bool five, int p, __m256i& lo,
+                                                        __m256i& hi) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * p));
+  lo = _mm256_and_si256(v, m4);
+  hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+  if (five) {
+    lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * p), one), 4));
+    hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * p + 1), one), 4));
+  }
+}
+
 __attribute__((target("avx2"))) void unpack_k_row_avx2(TensorType t, const void* row, UnpackedK* out, int64_t nb) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
   for (int64_t i = 0; i < nb; ++i) {
     UnpackedK& u = out[i];
 #define store(off, v) _mm256_storeu_si256(reinterpret_cast<__m256i*>(u.q + (off)), (v))
@@ -140,17 +167,9 @@ __attribute__((target("avx2"))) void unpack_k_row_avx2(TensorType t, const void*
       for (int g = 0; g < 16; ++g) { u.scale[g] = b.scales[g]; u.min[g] = 0; }
       const __m256i k32 = _mm256_set1_epi8(32);
       for (int n = 0; n < 2; ++n) {
-        const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * n));
-        const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * n + 32));
-        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * n));
-        const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(h, m3), 4);
-        const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4);
-        const __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4);
-        const __m256i h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4);
-        store(128 * n, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(l0, m4), h0), k32));
-        store(128 * n + 32, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(l1, m4), h1), k32));
-        store(128 * n + 64, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), h2), k32));
-        store(128 * n + 96, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), h3), k32));
+        __m256i v[4];
+        q6k_values(b, n, v);
+        for (int k = 0; k < 4; ++k) store(128 * n + 32 * k, _mm256_sub_epi8(v[k], k32));
       }
       continue;
     }
@@ -168,12 +187,8 @@ __attribute__((target("avx2"))) void unpack_k_row_avx2(TensorType t, const void*
       qs = b.qs;
     }
     for (int p = 0; p < 4; ++p) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * p));
-      __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-      if (five) {
-        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * p), one), 4));
-        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * p + 1), one), 4));
-      }
+      __m256i lo, hi;
+      q45k_values(qs, qh, five, p, lo, hi);
       store(64 * p, lo);
       store(64 * p + 32, hi);
     }
@@ -278,7 +293,6 @@ inline void k_scales_mins(const uint8_t* q, uint8_t* sc, uint8_t* mn) {
 // dot_q8k_portable on the unpacked row, so the result is the same up to float rounding.
 template <TensorType T>
 KAVX2 float dot_k_row_avx2(const void* row, const BlockQ8K* a, int64_t nb) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const int8_t* y = a[i].qs;
@@ -291,16 +305,9 @@ KAVX2 float dot_k_row_avx2(const void* row, const BlockQ8K* a, int64_t nb) {
       d = _cvtsh_ss(b.d);
       const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
       msum = _mm256_slli_epi32(_mm256_madd_epi16(sc16, bsums), 5);
-      const __m256i m3 = _mm256_set1_epi8(3);
       for (int n = 0; n < 2; ++n) {
-        const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * n));
-        const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * n + 32));
-        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * n));
-        const __m256i v[4] = {
-            _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4)),
-            _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4))};
+        __m256i v[4];
+        q6k_values(b, n, v);
         for (int k = 0; k < 4; ++k) {  // values 128n + 32k: sub-groups 8n + 2k and 8n + 2k + 1
           const int g = 8 * n + 2 * k;
           const __m256i yv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y + 16 * g));
@@ -335,14 +342,9 @@ KAVX2 float dot_k_row_avx2(const void* row, const BlockQ8K* a, int64_t nb) {
       const __m256i bs32 = _mm256_madd_epi16(bsums, ones);
       const __m256i mn32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn)));
       msum = _mm256_mullo_epi32(mn32, bs32);
-      const __m256i one = _mm256_set1_epi8(1);
       for (int p = 0; p < 4; ++p) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * p));
-        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-        if (five) {
-          lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * p), one), 4));
-          hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * p + 1), one), 4));
-        }
+        __m256i lo, hi;
+        q45k_values(qs, qh, five, p, lo, hi);
         const __m256i ylo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y + 64 * p));
         const __m256i yhi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y + 64 * p + 32));
         sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo), _mm256_set1_epi16(sc[2 * p])));

@@ -189,55 +189,40 @@ float dot_q8_0(const void* wv, const BlockQ8* a, int64_t nb) {
   return vaddvq_f32(acc);
 }
 
-float dot_q4_0(const void* wv, const BlockQ8* a, int64_t nb) {
-  const block_q4_0* w = static_cast<const block_q4_0*>(wv);
-  const int8x16_t eight = vdupq_n_s8(8);
+namespace {
+
+// The 32 values of a block as two halves of 16 (unsigned, before the type's offset).
+inline void block_values(const block_q4_0& b, int8x16_t& lo, int8x16_t& hi) { nibbles(b.qs, lo, hi); }
+inline void block_values(const block_q4_1& b, int8x16_t& lo, int8x16_t& hi) { nibbles(b.qs, lo, hi); }
+inline void block_values(const block_q5_0& b, int8x16_t& lo, int8x16_t& hi) { q5_values(b.qs, b.qh, lo, hi); }
+inline void block_values(const block_q5_1& b, int8x16_t& lo, int8x16_t& hi) { q5_values(b.qs, b.qh, lo, hi); }
+
+// x = d * (q - OFFSET) (+ m for the types with a min), dotted block by block.
+template <class B, int OFFSET, bool MIN>
+float dot_blocks(const void* wv, const BlockQ8* a, int64_t nb) {
+  const B* w = static_cast<const B*>(wv);
+  const int8x16_t off = vdupq_n_s8(OFFSET);
   float acc = 0.0f;
   for (int64_t i = 0; i < nb; ++i) {
     int8x16_t lo, hi;
-    nibbles(w[i].qs, lo, hi);
-    acc += fp16_to_fp32(w[i].d) * a[i].d *
-           static_cast<float>(block_dot(vsubq_s8(lo, eight), vsubq_s8(hi, eight), a[i]));
+    block_values(w[i], lo, hi);
+    if (OFFSET) {
+      lo = vsubq_s8(lo, off);
+      hi = vsubq_s8(hi, off);
+    }
+    float r = fp16_to_fp32(w[i].d) * a[i].d * static_cast<float>(block_dot(lo, hi, a[i]));
+    if constexpr (MIN) r += fp16_to_fp32(w[i].m) * a[i].d * static_cast<float>(a[i].sum);
+    acc += r;
   }
   return acc;
 }
 
-float dot_q4_1(const void* wv, const BlockQ8* a, int64_t nb) {
-  const block_q4_1* w = static_cast<const block_q4_1*>(wv);
-  float acc = 0.0f;
-  for (int64_t i = 0; i < nb; ++i) {
-    int8x16_t lo, hi;
-    nibbles(w[i].qs, lo, hi);
-    acc += fp16_to_fp32(w[i].d) * a[i].d * static_cast<float>(block_dot(lo, hi, a[i])) +
-           fp16_to_fp32(w[i].m) * a[i].d * static_cast<float>(a[i].sum);
-  }
-  return acc;
-}
+}  // namespace
 
-float dot_q5_0(const void* wv, const BlockQ8* a, int64_t nb) {
-  const block_q5_0* w = static_cast<const block_q5_0*>(wv);
-  const int8x16_t sixteen = vdupq_n_s8(16);
-  float acc = 0.0f;
-  for (int64_t i = 0; i < nb; ++i) {
-    int8x16_t lo, hi;
-    q5_values(w[i].qs, w[i].qh, lo, hi);
-    acc += fp16_to_fp32(w[i].d) * a[i].d *
-           static_cast<float>(block_dot(vsubq_s8(lo, sixteen), vsubq_s8(hi, sixteen), a[i]));
-  }
-  return acc;
-}
-
-float dot_q5_1(const void* wv, const BlockQ8* a, int64_t nb) {
-  const block_q5_1* w = static_cast<const block_q5_1*>(wv);
-  float acc = 0.0f;
-  for (int64_t i = 0; i < nb; ++i) {
-    int8x16_t lo, hi;
-    q5_values(w[i].qs, w[i].qh, lo, hi);
-    acc += fp16_to_fp32(w[i].d) * a[i].d * static_cast<float>(block_dot(lo, hi, a[i])) +
-           fp16_to_fp32(w[i].m) * a[i].d * static_cast<float>(a[i].sum);
-  }
-  return acc;
-}
+float dot_q4_0(const void* w, const BlockQ8* a, int64_t nb) { return dot_blocks<block_q4_0, 8, false>(w, a, nb); }
+float dot_q4_1(const void* w, const BlockQ8* a, int64_t nb) { return dot_blocks<block_q4_1, 0, true>(w, a, nb); }
+float dot_q5_0(const void* w, const BlockQ8* a, int64_t nb) { return dot_blocks<block_q5_0, 16, false>(w, a, nb); }
+float dot_q5_1(const void* w, const BlockQ8* a, int64_t nb) { return dot_blocks<block_q5_1, 0, true>(w, a, nb); }
 
 // Per super-block: sum_g scale[g] * (q_g . y_g) in int32 lanes, and min . bsums for the offset.
 float dot_q8k(const UnpackedK* w, const BlockQ8K* a, int64_t nb) {

@@ -711,6 +711,19 @@ def build_specs(s: Shape, wtype: str, embd_type: str, std: float, logit_std: flo
                    "post_norm_scale": post, "copy_boost": copy_boost}
 
 
+def _special_token_kvs() -> list[bytes]:
+    """The special token ids and BOS/EOS/space flags, the same in both vocabularies."""
+    return [
+        _kv("tokenizer.ggml.bos_token_id", GT_U32, BOS_ID),
+        _kv("tokenizer.ggml.eos_token_id", GT_U32, EOS_ID),
+        _kv("tokenizer.ggml.unknown_token_id", GT_U32, UNK_ID),
+        _kv("tokenizer.ggml.padding_token_id", GT_U32, PAD_ID),
+        _kv("tokenizer.ggml.add_bos_token", GT_BOOL, True),
+        _kv("tokenizer.ggml.add_eos_token", GT_BOOL, False),
+        _kv("tokenizer.ggml.add_space_prefix", GT_BOOL, False),
+    ]
+
+
 def build_metadata_gemma3(s: Shape, wtype: str, name: str, tok) -> list[bytes]:
     """llama.cpp's gemma3 keys (those of the real 270M file) and a "llama" (SentencePiece-style)
     vocabulary: the same tokens, scored so that longer pieces win, no merges."""
@@ -739,13 +752,7 @@ def build_metadata_gemma3(s: Shape, wtype: str, name: str, tok) -> list[bytes]:
         _kv("tokenizer.ggml.scores", GT_ARR, (GT_F32, [float(len(t)) if ty == 1 else 0.0
                                                        for t, ty in zip(tokens, types)])),
         _kv("tokenizer.ggml.token_type", GT_ARR, (GT_I32, types)),
-        _kv("tokenizer.ggml.bos_token_id", GT_U32, BOS_ID),
-        _kv("tokenizer.ggml.eos_token_id", GT_U32, EOS_ID),
-        _kv("tokenizer.ggml.unknown_token_id", GT_U32, UNK_ID),
-        _kv("tokenizer.ggml.padding_token_id", GT_U32, PAD_ID),
-        _kv("tokenizer.ggml.add_bos_token", GT_BOOL, True),
-        _kv("tokenizer.ggml.add_eos_token", GT_BOOL, False),
-        _kv("tokenizer.ggml.add_space_prefix", GT_BOOL, False),
+        *_special_token_kvs(),
     ]
 
 
@@ -804,13 +811,7 @@ def build_metadata(s: Shape, wtype: str, name: str, tok) -> list[bytes]:
         _kv("tokenizer.ggml.scores", GT_ARR, (GT_F32, [-float(i) for i in range(len(tokens))])),
         _kv("tokenizer.ggml.token_type", GT_ARR, (GT_I32, types)),
         _kv("tokenizer.ggml.merges", GT_ARR, (GT_STR, merges)),
-        _kv("tokenizer.ggml.bos_token_id", GT_U32, BOS_ID),
-        _kv("tokenizer.ggml.eos_token_id", GT_U32, EOS_ID),
-        _kv("tokenizer.ggml.unknown_token_id", GT_U32, UNK_ID),
-        _kv("tokenizer.ggml.padding_token_id", GT_U32, PAD_ID),
-        _kv("tokenizer.ggml.add_bos_token", GT_BOOL, True),
-        _kv("tokenizer.ggml.add_eos_token", GT_BOOL, False),
-        _kv("tokenizer.ggml.add_space_prefix", GT_BOOL, False),
+        *_special_token_kvs(),
     ]
     return kv
 

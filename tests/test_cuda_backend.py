@@ -220,6 +220,66 @@ def test_q8_decode_default_mode(need_cuda, tmp_path, preset, qtype):
         path.unlink(missing_ok=True)
 
 
+def _rel_errs(got, want):
+    return rel_err(got, want), [rel_err(got[i], want[i]) for i in range(len(got))]
+
+
+@pytest.mark.parametrize("preset,qtype", [("e2b", "q4_0"), ("e2b", "q8_0"), ("26b-a4b", "q4_0")])
+def test_int8_prefill_default_mode(need_cuda, tmp_path, preset, qtype):
+    """Prefill in default mode: the Q4_0 / Q8_0 products on quantized rows and the int8 tensor
+    cores (matmul_q8.cu; grouped for the experts), chunks of 48 rows (tiles of 64 rows partly
+    filled), against the CPU's precise mode, with the same bounds as the 8-bit decode path."""
+    path, summary, rng = _synthetic(tmp_path, f"{preset}-{qtype}", preset=preset, layers=2, vocab=4096, qtype=qtype)
+    try:
+        ids = _ids(summary, 80, rng)
+        cpu, gpu = _pair(str(path), "f16", 48, precise=False, threads=None)
+        want, got = np.asarray(cpu.logits(ids)), np.asarray(gpu.logits(ids))
+        assert np.isfinite(got).all()
+        err, rows = _rel_errs(got, want)
+        if preset == "26b-a4b":  # near-tied expert choices may flip (see Q8_MAX_REL)
+            assert float(np.median(rows)) < Q8_MAX_REL, f"{preset} {qtype}: row errors {rows}"
+            assert err < 2 * Q8_MAX_REL, f"{preset} {qtype}: relative error {err:.2e}"
+        else:
+            assert err < Q8_MAX_REL, f"{preset} {qtype}: relative error {err:.2e}, rows {rows}"
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def test_int8_prefill_odd_widths(need_cuda, tmp_path):
+    """Widths that do not fill the int8 tiles: hidden 160 (5 blocks: a part-filled stage of 4),
+    MLP 352 (N not a multiple of 128, K of 11 blocks), 5 query heads of 64 (N = 320); Q8_0 on load. The int8
+    path must agree with the CPU's precise mode, and with the f16 tiles it replaces
+    (MARKBASE_CUDA_INT8_PREFILL=0), on 100 tokens in chunks of 40."""
+    import tiny_gemma
+    model = tiny_gemma.build_model("gemma3", hidden_size=160, intermediate_size=352, num_hidden_layers=2,
+                                   num_attention_heads=5, num_key_value_heads=1, head_dim=64,
+                                   query_pre_attn_scalar=64, sliding_window=32, vocab_size=1000,
+                                   layer_types=["sliding_attention", "full_attention"])
+    path = tiny_gemma.save_model(model, str(tmp_path / "g3-odd"))
+    rng = np.random.default_rng(3)
+    ids = [2] + [int(x) for x in rng.integers(10, 1000, 99)]
+    cpu, gpu = _pair(path, "f16", 40, precise=False, quant="q8_0")
+    want, got = np.asarray(cpu.logits(ids)), np.asarray(gpu.logits(ids))
+    err, rows = _rel_errs(got, want)
+    assert err < Q8_MAX_REL, f"relative error {err:.2e}, rows {rows}"
+    code = (f"import markbase, numpy as np\nm = markbase.Model.load({path!r}, backend='cuda', quant='q8_0', "
+            f"prefill_chunk=40)\nnp.save({str(tmp_path / 'f16.npy')!r}, np.asarray(m.logits({ids!r})))\n")
+    _run_with_env(code, {"MARKBASE_CUDA_INT8_PREFILL": "0"})
+    f16 = np.load(tmp_path / "f16.npy")
+    assert rel_err(f16, want) < Q8_MAX_REL
+    assert rel_err(got, f16) < Q8_MAX_REL
+
+
+def test_cuda_prefill_chunk_default(need_cuda, tiny_models):
+    """Left open, the prefill chunk is the backend's choice: 512 tokens on CUDA (as llama.cpp's
+    batch), so that the GPU and the MoE expert tiles fill; results do not depend on it."""
+    tm = tiny_models["gemma4_moe"]
+    ids = tm.prompt(40, 8)
+    auto = markbase.Model.load(tm.path, backend="cuda", precise=True, kv_cache="f32")
+    small = markbase.Model.load(tm.path, backend="cuda", precise=True, kv_cache="f32", prefill_chunk=7)
+    assert rel_err(np.asarray(auto.logits(ids)), np.asarray(small.logits(ids))) < MAX_REL
+
+
 def test_gemma3_270m_shape(need_cuda, tmp_path):
     """Gemma 3 270M widths (hidden 640, 4 heads of 256, 1 KV head, MLP 2048, window 512),
     6 of its 18 layers, a 32768-token vocabulary (the real one has 262144), Q8_0 on load."""

@@ -49,6 +49,9 @@ class Backend {
   // token). A backend that can overrides both; by default the caller runs the graph and samples
   // the logits on the host (runtime/sampler.cpp), which is what the CPU backend does.
   virtual bool samples_on_device() const { return false; }
+  // Tokens per prefill step when the caller leaves it open: a GPU fills more of itself, and
+  // MoE prefill finds more tokens per expert, with larger steps (llama.cpp's default is 512).
+  virtual int preferred_prefill_chunk() const { return 256; }
   // Runs g (as run()) and returns the token drawn from its last logits row.
   virtual int run_sample(const Graph& g, const Step& step, KVCaches& caches, const DeviceSampling& s) {
     (void)g; (void)step; (void)caches; (void)s;

@@ -153,7 +153,7 @@ void init_runtime(py::module_& m) {
            }),
            py::arg("path"), py::arg("backend") = "auto", py::arg("threads") = 0,
            py::arg("max_context") = 4096, py::arg("quant") = "", py::arg("kv_cache") = "f16",
-           py::arg("precise") = false, py::arg("prefill_chunk") = 256)
+           py::arg("precise") = false, py::arg("prefill_chunk") = 0)
       .def_property_readonly("config", [](const Engine& e) { return config_dict(e.config()); })
       .def_property_readonly("backend", &Engine::backend_name)
       .def_property_readonly("max_context", &Engine::max_context)

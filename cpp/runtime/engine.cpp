@@ -51,7 +51,7 @@ VocabData vocab_from_gguf(const ModelFile& f) {
 
 Engine::Engine(const std::string& path, const EngineOptions& opt) : opt_(opt) {
   if (opt.max_context < 1) throw std::invalid_argument("max_context must be >= 1");
-  if (opt.prefill_chunk < 1) throw std::invalid_argument("prefill_chunk must be >= 1");
+  if (opt.prefill_chunk < 0) throw std::invalid_argument("prefill_chunk must be >= 1 (or 0: the backend's choice)");
   if (opt.threads < 0) throw std::invalid_argument("threads must be >= 0");
   if (opt.kv_cache != "f16" && opt.kv_cache != "f32")
     throw std::invalid_argument("kv_cache must be 'f16' or 'f32', not '" + opt.kv_cache + "'");
@@ -61,13 +61,14 @@ Engine::Engine(const std::string& path, const EngineOptions& opt) : opt_(opt) {
   bo.precise = opt.precise;
   backend_ = create_backend(opt.backend, bo);  // fails fast on an unavailable backend
   backend_name_ = backend_->name();
+  if (opt_.prefill_chunk == 0) opt_.prefill_chunk = backend_->preferred_prefill_chunk();
   // MARKBASE_HOST_SAMPLING=1 samples on the host even where the backend could on the device.
   const char* hs = std::getenv("MARKBASE_HOST_SAMPLING");
   device_sampling_ = backend_->samples_on_device() && !(hs && *hs && std::string(hs) != "0");
   file_ = ModelFile::open(path);
   model_ = std::make_unique<GemmaModel>(file_, opt.quant);
   if (file_->is_gguf()) tokenizer_ = std::make_unique<Tokenizer>(vocab_from_gguf(*file_));
-  session_ = std::make_unique<Session>(*model_, *backend_, opt.max_context, opt.prefill_chunk);
+  session_ = std::make_unique<Session>(*model_, *backend_, opt_.max_context, opt_.prefill_chunk);
 }
 
 std::vector<float> Engine::logits(const std::vector<int>& ids) {

@@ -29,12 +29,13 @@ class Model:
     @classmethod
     def load(cls, path: str | os.PathLike | None = None, backend: str = "auto", threads: int | None = None,
              max_context: int = 4096, quant: str | None = None, kv_cache: str = "f16",
-             precise: bool = False, prefill_chunk: int = 256, progress: bool = False) -> "Model":
+             precise: bool = False, prefill_chunk: int | None = None, progress: bool = False) -> "Model":
         """Load a .gguf file, a Hugging Face directory, or (path=None) the default model.
 
         backend: "auto" | "cpu" | "metal" | "cuda"; quant: None | "q8_0" | "q4_0" (Hugging Face
         float weights); kv_cache: "f16" | "f32"; precise: float32 activations everywhere;
-        prefill_chunk: tokens per prefill step."""
+        prefill_chunk: tokens per prefill step (None: the backend's choice, 512 on CUDA and 256
+        elsewhere)."""
         if path is None:
             from .default_model import default_model_path
             path = default_model_path(progress=progress)
@@ -51,11 +52,12 @@ class Model:
             raise ValueError(f"kv_cache must be 'f16' or 'f32', got {kv_cache!r}")
         if backend not in ("auto", "cpu", "metal", "cuda"):
             raise ValueError(f"backend must be 'auto', 'cpu', 'metal' or 'cuda', got {backend!r}")
-        if not isinstance(prefill_chunk, int) or prefill_chunk < 1:
+        if prefill_chunk is not None and (not isinstance(prefill_chunk, int) or isinstance(prefill_chunk, bool)
+                                          or prefill_chunk < 1):
             raise ValueError(f"prefill_chunk must be a positive integer, got {prefill_chunk!r}")
         engine = _core.Engine(path, backend=backend, threads=threads or 0, max_context=max_context,
                               quant=quant or "", kv_cache=kv_cache, precise=precise,
-                              prefill_chunk=prefill_chunk)
+                              prefill_chunk=prefill_chunk or 0)
         hf_tok = None
         hf_dir = None
         if os.path.isdir(path):

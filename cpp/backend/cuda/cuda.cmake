@@ -19,6 +19,7 @@ target_sources(markbase_core PRIVATE
   cpp/backend/cuda/matvec.cu
   cpp/backend/cuda/matvec_q8.cu
   cpp/backend/cuda/matmul.cu
+  cpp/backend/cuda/matmul_q8.cu
   cpp/backend/cuda/norm_rope.cu
   cpp/backend/cuda/attention.cu
   cpp/backend/cuda/moe.cu

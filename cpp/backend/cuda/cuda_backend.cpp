@@ -8,11 +8,14 @@
 //  - Decode in default mode runs its products on 8-bit activations (q8.cuh): each slot that a
 //    Q4_0 / Q8_0 product reads gets a quantized copy, written by the op that produces the slot
 //    (norm, GeGLU, attention, residual add) or else by a quantize kernel, and reused by every
-//    product that reads it before the slot changes. Precise mode keeps float32 activations.
+//    product that reads it before the slot changes. Prefill in default mode does the same for
+//    its Q4_0 / Q8_0 products (quantized rows, int8 tensor cores: matmul_q8.cu). Precise mode
+//    keeps float32 activations.
 //  - MoE routing stays on the GPU. MARKBASE_CUDA_HOST_ROUTING=1 is a debug switch that instead
 //    reads every MoE layer's top-k back to the host (one wait per layer, launches eager), to
 //    measure what naive host routing costs; MARKBASE_CUDA_GRAPH=0 runs eagerly without capture;
 //    MARKBASE_CUDA_FUSE=0 turns off the fusions and the batching of products (see encode());
+//    MARKBASE_CUDA_INT8_PREFILL=0 sends prefill's Q4_0 / Q8_0 products back to the f16 tiles;
 //    MARKBASE_CUDA_PROFILE=1 runs eagerly, times every op with events and prints the time per op
 //    kind (per graph size) to stderr when the backend is destroyed.
 #include <cuda_runtime.h>
@@ -106,6 +109,8 @@ struct GraphState {
   HostPtr route_host;          // host-routing debug mode
   std::vector<DevPtr> q8;      // per slot: its quantized row (decode graphs in default mode)
   DevPtr moe_act_q8;           // the experts' GeGLU outputs, quantized
+  DevPtr prefill_q8;           // prefill in default mode: one slot's rows, quantized (int8 products)
+  size_t prefill_q8_codes = 0; // bytes of codes it holds (its scales follow them)
   DevPtr router_counter;       // cuda::moe_router's count of finished blocks
   cudaGraphExec_t exec = nullptr;
   const CudaCaches* captured_for = nullptr;
@@ -126,11 +131,13 @@ class CudaBackend : public Backend {
     CK(cudaSetDevice(0));
     CK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     cuda::attention_smem_limit();
+    cuda::matmul_q8_setup();
     CK(cudaGetLastError());
     host_routing_ = env_flag("MARKBASE_CUDA_HOST_ROUTING", false);
     profile_ = env_flag("MARKBASE_CUDA_PROFILE", false);
     use_graphs_ = env_flag("MARKBASE_CUDA_GRAPH", true) && !host_routing_ && !profile_;
     fuse_ = env_flag("MARKBASE_CUDA_FUSE", true);
+    int8_prefill_ = env_flag("MARKBASE_CUDA_INT8_PREFILL", true) && !opt_.precise;
     sample_result_ = dev_alloc(sizeof(int));
     sample_recent_ = dev_alloc(cuda::kMaxRecent * sizeof(int));
     sample_host_ = host_alloc((cuda::kMaxRecent + 1) * sizeof(int));
@@ -147,6 +154,7 @@ class CudaBackend : public Backend {
     if (stream_) cudaStreamDestroy(stream_);
   }
 
+  int preferred_prefill_chunk() const override { return 512; }
   std::string name() const override { return "cuda"; }
   std::unique_ptr<KVCaches> make_caches(const std::vector<CacheDesc>& d) override {
     return std::make_unique<CudaCaches>(d, opt_.kv_f16);
@@ -322,10 +330,12 @@ class CudaBackend : public Backend {
       st->rope.push_back(dev_alloc(table.size() * sizeof(float)));
       CK(cudaMemcpy(st->rope.back().get(), table.data(), table.size() * sizeof(float), cudaMemcpyHostToDevice));
     }
-    size_t attn = 0, act = 0, counts = 0, order = 0, tiles = 0, hg = 0, y = 0, route = 0;
+    size_t attn = 0, act = 0, counts = 0, order = 0, tiles = 0, hg = 0, y = 0, route = 0, pf_q8 = 0;
     for (const Op& op : g.ops) {
       const int rows = op.out >= 0 ? g.rows(op.out) : g.T;
       if (op.w) upload(op.w);
+      if (int8_matmul(g, op) || int8_moe(g, op))
+        pf_q8 = std::max(pf_q8, static_cast<size_t>(g.rows(op.a)) * (op.kind == OpKind::MatMul ? op.w->cols() : op.n));
       switch (op.kind) {
         case OpKind::MatMul:
           need(op.w && op.w->shape.size() == 2 && op.w->rows() >= op.n, op, "weight has fewer rows than outputs");
@@ -386,6 +396,11 @@ class CudaBackend : public Backend {
       st->moe.n_tiles = static_cast<int*>(buf(sizeof(int)));
       if (hg) st->moe.hg = static_cast<float*>(buf(hg * sizeof(float)));
       if (y) st->moe.y = static_cast<float*>(buf(y * sizeof(float)));
+    }
+    if (pf_q8) {
+      st->prefill_q8 = dev_alloc(pf_q8 + pf_q8 / 32 * sizeof(float));
+      st->prefill_q8_codes = pf_q8;
+      if (act) st->moe.act_q8 = q8_of(st->moe_bufs.emplace_back(dev_alloc(q8_bytes(act))), act);
     }
     if (route) st->route_host = host_alloc(route * sizeof(float));
     st->router_counter = dev_alloc(sizeof(unsigned));
@@ -449,6 +464,22 @@ class CudaBackend : public Backend {
     return jobs;
   }
 
+  // --- 8-bit activations in prefill (default mode): products of Q4_0 / Q8_0 weights on many rows
+  // run on the int8 tensor cores (matmul_q8.cu) from a quantized copy of their input slot.
+  bool int8_matmul(const Graph& g, const Op& op) const {
+    return int8_prefill_ && op.kind == OpKind::MatMul && g.rows(op.out) > kDecodeRows && op.n > kNarrowRows &&
+           cuda::has_q8_dot(static_cast<int>(op.w->type)) && op.w->cols() % 32 == 0;
+  }
+  bool int8_moe(const Graph& g, const Op& op) const {
+    return int8_prefill_ && op.kind == OpKind::MoeExperts && g.rows(op.out) > kDecodeRows && op.w->type == op.w2->type &&
+           cuda::has_q8_dot(static_cast<int>(op.w->type)) && op.n % 32 == 0 && op.k % 32 == 0;
+  }
+  // The prefill buffer holding rows x K codes of one slot (row r at r * K) and then their scales.
+  static cuda::Q8Vec prefill_q8_of(const GraphState& st) {
+    signed char* q = static_cast<signed char*>(st.prefill_q8.get());
+    return {q, reinterpret_cast<float*>(q + st.prefill_q8_codes)};
+  }
+
   // A row op that a decode row chain can take (cuda::row_chain).
   static bool chainable(const Graph& g, const Op& op) {
     if (op.out < 0 || g.T != 1 || g.rows(op.out) != 1 || op.n > 1024 * cuda::kChainPer) return false;
@@ -472,6 +503,17 @@ class CudaBackend : public Backend {
       if (q8_cols[slot] < K) {
         kernels += cuda::quantize_q8(stream_, ptr<float>(st.slots[slot]), g.slots[slot].cols, K, 1, q, 0);
         q8_cols[slot] = K;
+      }
+      return q;
+    };
+    // Which slot's first pf_K columns the prefill buffer holds (-1: none), quantizing on demand.
+    int pf_slot = -1, pf_K = 0;
+    auto need_prefill_q8 = [&](int slot, int K) {
+      const cuda::Q8Vec q = prefill_q8_of(st);
+      if (pf_slot != slot || pf_K != K) {
+        kernels += cuda::quantize_q8(stream_, ptr<float>(st.slots[slot]), g.slots[slot].cols, K, g.rows(slot), q, K);
+        pf_slot = slot;
+        pf_K = K;
       }
       return q;
     };
@@ -605,6 +647,14 @@ class CudaBackend : public Backend {
             }
             const int K = static_cast<int>(op.w->cols());
             kernels += cuda::matvec_q8(stream_, jobs, need_q8(op.a, K), K);
+          } else if (rows > kDecodeRows && op.n <= kNarrowRows) {
+            // the MoE router in prefill (128 rows): the tiled matmul would run one column of
+            // blocks (259 us a layer for 256 tokens on the H200); the matrix-vector kernel reads
+            // each weight once per 4 tokens across the whole GPU
+            kernels += cuda::matvec(stream_, wref(op.w), op.n, a, as, rows, out, os);
+          } else if (int8_matmul(g, op)) {
+            const int K = static_cast<int>(op.w->cols());
+            kernels += cuda::matmul_q8(stream_, wref(op.w), op.n, need_prefill_q8(op.a, K), K, rows, out, os);
           } else {
             kernels += rows <= kDecodeRows ? cuda::matvec(stream_, wref(op.w), op.n, a, as, rows, out, os)
                                            : cuda::matmul(stream_, wref(op.w), op.n, a, as, rows, out, os, opt_.precise);
@@ -669,13 +719,16 @@ class CudaBackend : public Backend {
                                                 q8 ? q8_of(st.moe_act_q8, static_cast<size_t>(K) * Ie) : cuda::Q8Vec{});
           } else {
             kernels += cuda::moe_experts_prefill(stream_, gu, dn, E, Ie, H, K, a, as, b, bs, rows, st.moe,
-                                                 opt_.precise, out, os);
+                                                 opt_.precise, out, os,
+                                                 int8_moe(g, op) ? need_prefill_q8(op.a, H) : cuda::Q8Vec{});
           }
           break;
         }
       }
-      for (size_t j = first; j <= oi; ++j)
+      for (size_t j = first; j <= oi; ++j) {
         if (g.ops[j].out >= 0) q8_cols[g.ops[j].out] = 0;  // written: its quantized copy is stale
+        if (g.ops[j].out == pf_slot) pf_slot = -1;
+      }
       if (q8_out >= 0) q8_cols[q8_out] = q8_n;
       const cudaError_t e = cudaGetLastError();
       if (e != cudaSuccess)
@@ -686,9 +739,10 @@ class CudaBackend : public Backend {
   }
 
   static constexpr int kDecodeRows = 4;  // up to this many rows: matrix-vector kernels
+  static constexpr int kNarrowRows = 128;  // products with at most this many outputs too
   BackendOptions opt_;
   cudaStream_t stream_ = nullptr;
-  bool host_routing_ = false, use_graphs_ = true, profile_ = false, fuse_ = true;
+  bool host_routing_ = false, use_graphs_ = true, profile_ = false, fuse_ = true, int8_prefill_ = true;
   std::vector<cudaEvent_t> events_;
   std::vector<std::pair<std::string, size_t>> timed_;
   std::map<std::string, std::pair<double, int>> prof_;

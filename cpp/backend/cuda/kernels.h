@@ -69,6 +69,14 @@ constexpr int kMatmulBM = 64;     // token rows per tile (MoE tiles hold at most
 int matmul(cudaStream_t s, const WeightRef& w, int N, const float* a, int a_stride, int M, float* out,
            int out_stride, bool precise, const Grouped* grouped = nullptr);
 
+// --- matmul_q8.cu: the same on quantized activation rows (quantize_q8 with q_stride = a_stride)
+// and the int8 tensor cores, for weights of a has_q8_dot() type (default mode). a_stride: bytes of
+// codes per row, a multiple of 32. Grouped rows as matmul's. matmul_q8_setup(): once per process
+// (raises the kernels' shared-memory limit).
+void matmul_q8_setup();
+int matmul_q8(cudaStream_t s, const WeightRef& w, int N, Q8Vec a, int a_stride, int M, float* out, int out_stride,
+              const Grouped* grouped = nullptr);
+
 // --- norm_rope.cu: row-wise and element-wise ops.
 int embed(cudaStream_t s, const WeightRef& w, const StepBuf* step, int T, int vocab, float scale,
           int n, float* out, int out_stride);
@@ -158,12 +166,16 @@ struct MoeScratch {
   float* hg = nullptr;      // rows * k * 2 * Ie
   float* act = nullptr;     // rows * k * Ie
   float* y = nullptr;       // rows * k * H
+  Q8Vec act_q8;             // rows * k * Ie, quantized (default mode with has_q8_dot() weights)
 };
 int moe_max_tiles(int rows, int k, int n_experts);
+// x_q8 set (default mode, both weights of a has_q8_dot() type, H and Ie multiples of 32): the
+// products run on int8 tensor cores (matmul_q8) from x's quantized rows (H bytes apart), and the
+// GeGLU outputs are quantized into m.act_q8 for the down products.
 int moe_experts_prefill(cudaStream_t s, const WeightRef& gate_up, const WeightRef& down, int n_experts,
                         int Ie, int H, int k, const float* x, int x_stride, const float* route,
                         int route_stride, int rows, const MoeScratch& m, bool precise, float* out,
-                        int out_stride);
+                        int out_stride, Q8Vec x_q8 = {});
 
 // --- sample.cu: one token from a logits row, on the device.
 struct SampleArgs {

@@ -11,6 +11,7 @@
 // which run of the expert-sorted token entries each tile covers; tiles past the list's length exit.
 #include <mma.h>
 
+#include "backend/cuda/matmul_tiles.cuh"
 #include "backend/cuda/matvec.cuh"
 
 namespace markbase::cuda {
@@ -34,35 +35,6 @@ struct Args {
   Grouped g;
 };
 
-// The rows of this block's tile: the activation row and output row of tile row m, -1 if none.
-struct TileRows {
-  int count = 0, start = 0;
-  const mb_u8* w = nullptr;
-  __device__ int a_row(const Args& p, int m) const {
-    if (m >= count) return -1;
-    return p.g.order ? p.g.order[start + m] / p.g.a_div : start + m;
-  }
-  __device__ int o_row(const Args& p, int m) const {
-    if (m >= count) return -1;
-    return p.g.order ? p.g.order[start + m] : start + m;
-  }
-};
-
-__device__ __forceinline__ bool tile_rows(const Args& p, TileRows& r) {
-  if (p.g.order) {
-    if (static_cast<int>(blockIdx.y) >= *p.g.n_tiles) return false;
-    const int* t = p.g.tiles + 3 * blockIdx.y;
-    r.w = p.w.data + static_cast<size_t>(t[0]) * p.w.expert_bytes;
-    r.start = t[1];
-    r.count = t[2];
-  } else {
-    r.w = p.w.data;
-    r.start = blockIdx.y * BM;
-    r.count = min(BM, p.M - r.start);
-  }
-  return true;
-}
-
 __device__ __forceinline__ float4 load_a4(const float* row, int k, int K, bool vec) {
   if (!row) return make_float4(0, 0, 0, 0);
   if (vec && k + 4 <= K) return *reinterpret_cast<const float4*>(row + k);
@@ -77,7 +49,7 @@ template <bool TC, int TYPE>
 __global__ void __launch_bounds__(kThreads) matmul_kernel(Args p) {
   __shared__ __align__(16) unsigned char smem[kSmemBytes];
   TileRows tr;
-  if (!tile_rows(p, tr)) return;
+  if (!tr.init(p.w, p.g, p.M, BM)) return;
   const int tid = threadIdx.x, K = p.w.K, n0 = blockIdx.x * BN;
   const bool vec = (p.a_stride & 3) == 0;
   // Each thread loads 2 float4 of the A tile and 4 of the W tile per step; their rows are fixed.
@@ -87,7 +59,7 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Args p) {
     const int idx = tid + kThreads * r;
     am[r] = idx / (BK / 4);
     ak[r] = (idx % (BK / 4)) * 4;
-    const int ar = tr.a_row(p, am[r]);
+    const int ar = tr.a_row(am[r]);
     arow[r] = ar >= 0 ? p.a + static_cast<size_t>(ar) * p.a_stride : nullptr;
   }
   const mb_u8* wrow[4];
@@ -140,7 +112,7 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Args p) {
     __syncthreads();
     for (int idx = tid; idx < BM * BN; idx += kThreads) {
       const int m = idx / BN, n = idx % BN;
-      const int orow = tr.o_row(p, m);
+      const int orow = tr.o_row(m);
       if (orow >= 0 && n0 + n < p.N) p.out[static_cast<size_t>(orow) * p.out_stride + n0 + n] = Cs[m * (BN + kPadC) + n];
     }
   } else {
@@ -177,7 +149,7 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Args p) {
       __syncthreads();
     }
     for (int i = 0; i < 4; ++i) {
-      const int orow = tr.o_row(p, tm * 4 + i);
+      const int orow = tr.o_row(tm * 4 + i);
       if (orow < 0) continue;
       float* o = p.out + static_cast<size_t>(orow) * p.out_stride;
       for (int j = 0; j < 8; ++j)

@@ -384,7 +384,7 @@ int moe_max_tiles(int rows, int k, int E) { return (rows * k + kMatmulBM - 1) / 
 
 int moe_experts_prefill(cudaStream_t s, const WeightRef& gu, const WeightRef& dn, int E, int Ie, int H, int k,
                         const float* x, int xs, const float* route, int rs, int rows, const MoeScratch& m,
-                        bool precise, float* out, int os) {
+                        bool precise, float* out, int os, Q8Vec x_q8) {
   group_kernel<<<1, 1024, 4 * E * sizeof(int), s>>>(route, rs, rows, k, E, m.counts, m.order, m.tiles, m.n_tiles);
   Grouped g;
   g.order = m.order;
@@ -394,10 +394,18 @@ int moe_experts_prefill(cudaStream_t s, const WeightRef& gu, const WeightRef& dn
   g.a_div = k;
   const int n = rows * k;
   int launched = 1;
-  launched += matmul(s, gu, 2 * Ie, x, xs, n, m.hg, 2 * Ie, precise, &g);
-  launched += gelu_mul(s, m.hg, 2 * Ie, m.hg, 2 * Ie, Ie, Ie, n, m.act, Ie);
-  g.a_div = 1;
-  launched += matmul(s, dn, H, m.act, Ie, n, m.y, H, precise, &g);
+  if (x_q8.q) {
+    launched += matmul_q8(s, gu, 2 * Ie, x_q8, H, n, m.hg, 2 * Ie, &g);
+    launched += gelu_mul(s, m.hg, 2 * Ie, m.hg, 2 * Ie, Ie, Ie, n, m.act, Ie);
+    launched += quantize_q8(s, m.act, Ie, Ie, n, m.act_q8, Ie);
+    g.a_div = 1;
+    launched += matmul_q8(s, dn, H, m.act_q8, Ie, n, m.y, H, &g);
+  } else {
+    launched += matmul(s, gu, 2 * Ie, x, xs, n, m.hg, 2 * Ie, precise, &g);
+    launched += gelu_mul(s, m.hg, 2 * Ie, m.hg, 2 * Ie, Ie, Ie, n, m.act, Ie);
+    g.a_div = 1;
+    launched += matmul(s, dn, H, m.act, Ie, n, m.y, H, precise, &g);
+  }
   combine_kernel<<<dim3(MB_BLOCKS(H, 256), rows), 256, 0, s>>>(route, rs, m.y, H, k, out, os);
   return launched + 1;
 }

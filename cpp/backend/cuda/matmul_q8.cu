@@ -1,0 +1,262 @@
+// Prefill products on 8-bit activations and the int8 tensor cores (default mode; Q4_0 and Q8_0
+// weights): out[m, n] = sum over blocks b of da[m, b] dw[n, b] sum_i qa[m, 32 b + i] qw[n, 32 b + i].
+//
+// The activation rows arrive quantized (quantize_q8: blocks of 32 int8 values with one float
+// scale, the decode products' format), and each weight tile is decoded from its blocks into
+// signed int8 codes in shared memory (Q4_0's 4-bit codes minus their offset 8; Q8_0's as they
+// are). One mma.sync m16n8k32 spans exactly one block of both sides, so its int32 sums are scaled
+// by the two blocks' scales into float32 accumulators, as llama.cpp's MMQ does. Against the f16
+// wmma tiles of matmul.cu this moves a quarter of the shared-memory bytes per product (int8
+// instead of f16 on both sides... and no per-value float conversion of the weights), and the
+// int8 tensor-core rate is twice the f16 one.
+//
+// Tiles: BM = kMatmulBM token rows (the MoE tile list's granularity) x BN = 128 weight rows,
+// 4 blocks (128 values) of K per stage, two stages in shared memory: the next stage's global
+// loads are issued before the current stage's products, so their latency hides behind them.
+// 8 warps in a 2 x 4 grid, each owning 32 x 32 outputs (2 x 4 mma tiles).
+#include "backend/cuda/matmul_tiles.cuh"
+
+namespace markbase::cuda {
+namespace {
+
+constexpr int BM = kMatmulBM, BN = 128, KB = 4, kThreads = 256;
+// One row's codes of a stage, padded by 16 bytes: a fragment load (8 rows x 4 words) then hits
+// 32 distinct banks (row stride 36 words).
+constexpr int kRowBytes = KB * 32 + 16;
+static_assert(BM == 64, "the warp grid below covers 64 rows");
+
+struct Stage {
+  signed char a[BM][kRowBytes];
+  signed char w[BN][kRowBytes];
+  float da[BM][KB];
+  float dw[BN][KB];
+};
+constexpr int kSmemBytes = 2 * static_cast<int>(sizeof(Stage));
+
+struct Args {
+  WeightRef w;
+  int N;
+  Q8Vec a;
+  int a_stride;  // bytes of codes per activation row (a multiple of 32); scales: a_stride / 32
+  int M;
+  float* out;
+  int out_stride;
+  Grouped g;
+};
+
+// Integer sums ride in float registers through the magic-number trick: the accumulator starts at
+// the bits of 1.5 * 2^23, so after the mma the int32 bits are those of the float 1.5 * 2^23 + sum
+// (|sum| <= 32 * 128 * 127 < 2^22), and one float subtraction gives the sum exactly, without an
+// int-to-float conversion per value.
+constexpr int kMagicBits = 0x4B400000;
+constexpr float kMagic = 12582912.0f;
+
+__device__ __forceinline__ void mma_s8(int (&c)[4], const int (&a)[4], const int (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ unsigned ld_u16x2(const unsigned short* p) {
+  return static_cast<unsigned>(__ldg(p)) | (static_cast<unsigned>(__ldg(p + 1)) << 16);
+}
+
+// Copies of global memory into shared memory that bypass the registers (cp.async, sm_80+);
+// src_bytes = 0 writes zeros (rows past the tile, blocks past K).
+__device__ __forceinline__ void cp_async(void* dst, const void* src, int bytes, int src_bytes) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  if (bytes == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes));
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::); }
+
+// The activation side of a stage: thread tid copies 16-byte chunks (row, part) tid and tid + 256
+// of the tile's 64 rows x 128 codes, and scale (row, block) tid.
+__device__ __forceinline__ void copy_a_stage(const Args& p, const int (&arow)[3], int kb0, int nb, Stage& st) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int idx = tid + kThreads * r, part = idx % (KB * 2), b = kb0 + part / 2;
+    const bool ok = arow[r] >= 0 && b < nb;
+    const signed char* src = ok ? p.a.q + static_cast<size_t>(arow[r]) * p.a_stride + kb0 * 32 + part * 16 : p.a.q;
+    cp_async(&st.a[idx / (KB * 2)][part * 16], src, 16, ok ? 16 : 0);
+  }
+  const int b = kb0 + tid % KB;
+  const bool ok = arow[2] >= 0 && b < nb;
+  const float* src = ok ? p.a.d + static_cast<size_t>(arow[2]) * (p.a_stride / 32) + b : p.a.d;
+  cp_async(&st.da[tid / KB][tid % KB], src, 4, ok ? 4 : 0);
+}
+
+// The weight side of a stage, held in registers between its global loads and its decoded
+// shared-memory stores: thread tid takes units (row, block) tid and tid + 256 of the tile's
+// 128 rows x 4 blocks.
+template <int TYPE>
+struct Staged {
+  static constexpr int kWords = TYPE == MB_Q4_0 ? 4 : 8;  // code words per weight block
+  unsigned short wd[2];
+  unsigned w[2][kWords];
+};
+
+template <int TYPE>
+__device__ __forceinline__ void load_w_stage(const Args& p, const TileRows& tr, int n0, int kb0, int nb,
+                                             Staged<TYPE>& s) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int idx = tid + kThreads * r, n = n0 + idx / KB, b = kb0 + idx % KB;
+    if (n >= p.N || b >= nb) {
+      s.wd[r] = 0;
+#pragma unroll
+      for (int i = 0; i < Staged<TYPE>::kWords; ++i) s.w[r][i] = TYPE == MB_Q4_0 ? 0x88888888u : 0u;  // codes of 0
+      continue;
+    }
+    const mb_u8* row = tr.w + static_cast<size_t>(n) * p.w.row_bytes;
+    const unsigned short* q = reinterpret_cast<const unsigned short*>(row + (TYPE == MB_Q4_0 ? 18 : 34) * b);
+    s.wd[r] = __ldg(q);
+#pragma unroll
+    for (int i = 0; i < Staged<TYPE>::kWords; ++i) s.w[r][i] = ld_u16x2(q + 1 + 2 * i);
+  }
+}
+
+template <int TYPE>
+__device__ __forceinline__ void store_w_stage(const Staged<TYPE>& s, Stage& st) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int idx = tid + kThreads * r, n = idx / KB, b = idx % KB;
+    st.dw[n][b] = __half2float(__ushort_as_half(s.wd[r]));
+    int4* dst = reinterpret_cast<int4*>(&st.w[n][b * 32]);
+    if constexpr (TYPE == MB_Q4_0) {
+      // Byte j of word i holds weight 4i + j in its low nibble and weight 16 + 4i + j in its high one.
+      unsigned lo[4], hi[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        lo[i] = __vsub4(s.w[r][i] & 0x0F0F0F0Fu, 0x08080808u);
+        hi[i] = __vsub4((s.w[r][i] >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+      }
+      dst[0] = make_int4(lo[0], lo[1], lo[2], lo[3]);
+      dst[1] = make_int4(hi[0], hi[1], hi[2], hi[3]);
+    } else {
+      dst[0] = make_int4(s.w[r][0], s.w[r][1], s.w[r][2], s.w[r][3]);
+      dst[1] = make_int4(s.w[r][4], s.w[r][5], s.w[r][6], s.w[r][7]);
+    }
+  }
+}
+
+template <int TYPE>
+__global__ void __launch_bounds__(kThreads, 2) matmul_q8_kernel(Args p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  Stage* stages = reinterpret_cast<Stage*>(smem);
+  TileRows tr;
+  if (!tr.init(p.w, p.g, p.M, BM)) return;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / 4, wn = warp % 4, g = lane / 4, t = lane % 4;
+  const int n0 = blockIdx.x * BN, nb = p.w.K / 32, stages_n = (nb + KB - 1) / KB;
+  // The activation rows this thread loads: its two 16-byte chunks' rows and its scale's row.
+  int arow[3];
+  arow[0] = tr.a_row(tid / (KB * 2));
+  arow[1] = tr.a_row((tid + kThreads) / (KB * 2));
+  arow[2] = tr.a_row(tid / KB);
+
+  float acc[2][4][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
+
+  Staged<TYPE> s;
+  copy_a_stage(p, arow, 0, nb, stages[0]);
+  load_w_stage<TYPE>(p, tr, n0, 0, nb, s);
+  store_w_stage<TYPE>(s, stages[0]);
+  cp_async_wait_all();
+  __syncthreads();
+  for (int st = 0; st < stages_n; ++st) {
+    const bool more = st + 1 < stages_n;
+    if (more) {  // the next stage's loads, in flight during this stage's products
+      copy_a_stage(p, arow, (st + 1) * KB, nb, stages[(st + 1) & 1]);
+      load_w_stage<TYPE>(p, tr, n0, (st + 1) * KB, nb, s);
+    }
+    const Stage& S = stages[st & 1];
+#pragma unroll 1
+    for (int kb = 0; kb < KB; ++kb) {
+      int a[2][4], b[4][2];
+      float da[2][2], dw[4][2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int m = wm * 32 + i * 16 + g;
+        const signed char* r0 = &S.a[m][kb * 32 + t * 4];
+        const signed char* r8 = &S.a[m + 8][kb * 32 + t * 4];
+        a[i][0] = *reinterpret_cast<const int*>(r0);
+        a[i][1] = *reinterpret_cast<const int*>(r8);
+        a[i][2] = *reinterpret_cast<const int*>(r0 + 16);
+        a[i][3] = *reinterpret_cast<const int*>(r8 + 16);
+        da[i][0] = S.da[m][kb];
+        da[i][1] = S.da[m + 8][kb];
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int n = wn * 32 + j * 8;
+        const signed char* c = &S.w[n + g][kb * 32 + t * 4];
+        b[j][0] = *reinterpret_cast<const int*>(c);
+        b[j][1] = *reinterpret_cast<const int*>(c + 16);
+        dw[j][0] = S.dw[n + 2 * t][kb];
+        dw[j][1] = S.dw[n + 2 * t + 1][kb];
+      }
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          int c[4] = {kMagicBits, kMagicBits, kMagicBits, kMagicBits};
+          mma_s8(c, a[i], b[j]);
+#pragma unroll
+          for (int r = 0; r < 4; ++r)
+            acc[i][j][r] = fmaf(__int_as_float(c[r]) - kMagic, da[i][r >> 1] * dw[j][r & 1], acc[i][j][r]);
+        }
+    }
+    if (more) store_w_stage<TYPE>(s, stages[(st + 1) & 1]);
+    cp_async_wait_all();
+    __syncthreads();
+  }
+
+  // C fragment: value r of tile (i, j) is row g + 8 (r / 2), column 2 t + r % 2.
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int orow = tr.o_row(wm * 32 + i * 16 + g + 8 * h);
+      if (orow < 0) continue;
+      float* o = p.out + static_cast<size_t>(orow) * p.out_stride;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int n = n0 + wn * 32 + j * 8 + 2 * t;
+        if (n < p.N) o[n] = acc[i][j][2 * h];
+        if (n + 1 < p.N) o[n + 1] = acc[i][j][2 * h + 1];
+      }
+    }
+}
+
+}  // namespace
+
+void matmul_q8_setup() {
+  cudaFuncSetAttribute(matmul_q8_kernel<MB_Q4_0>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  cudaFuncSetAttribute(matmul_q8_kernel<MB_Q8_0>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+}
+
+int matmul_q8(cudaStream_t s, const WeightRef& w, int N, Q8Vec a, int a_stride, int M, float* out, int out_stride,
+              const Grouped* grouped) {
+  Args p{w, N, a, a_stride, M, out, out_stride, grouped ? *grouped : Grouped{}};
+  const int tiles_m = grouped ? grouped->max_tiles : static_cast<int>(MB_BLOCKS(M, BM));
+  const dim3 grid(MB_BLOCKS(N, BN), tiles_m);
+  switch (w.type) {
+    case MB_Q4_0: matmul_q8_kernel<MB_Q4_0><<<grid, kThreads, kSmemBytes, s>>>(p); return 1;
+    case MB_Q8_0: matmul_q8_kernel<MB_Q8_0><<<grid, kThreads, kSmemBytes, s>>>(p); return 1;
+  }
+  return 0;  // the backend checks has_q8_dot() first
+}
+
+}  // namespace markbase::cuda

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call on the H200: builds MarkBase with the CUDA backend, runs the CUDA tests, and
 # measures MarkBase (and llama.cpp's CUDA llama-bench, built beside it) on synthetic Gemma 4 GGUFs.
-#   STAGES="test tune bench profile llama ncu" BUDGET=560 bash bench/cuda/h200_run.sh
+#   STAGES="test tune bench profile ab llama ncu" BUDGET=560 bash bench/cuda/h200_run.sh
 # Carried: .whl (transformers 5.23 for the tiny models), .gpu/llama.cpp-src.tar.gz (trimmed
 # llama.cpp of the llama-cpp-python 0.3.36 sdist). Logs and JSON go to $OUT.
 set -u
@@ -89,6 +89,13 @@ if has bench && wait_for $M/gen26.done; then
   mb 26b_p512_nograph $M/g4-26b-q4_0.gguf 512 64 MARKBASE_CUDA_GRAPH=0
   # per-op-kind GPU time (eager launches timed with events; printed to bench.err)
   has profile && mb 26b_profile $M/g4-26b-q4_0.gguf 512 32 MARKBASE_CUDA_PROFILE=1
+  # A/B of the prefill paths: the f16 tiles instead of the int8 tensor cores, the float32
+  # attention kernel instead of the tensor-core one
+  if has ab; then
+    mb 26b_p512_f16tiles $M/g4-26b-q4_0.gguf 512 16 MARKBASE_CUDA_INT8_PREFILL=0
+    mb 26b_p4096_f16tiles $M/g4-26b-q4_0.gguf 4096 16 MARKBASE_CUDA_INT8_PREFILL=0
+    mb 26b_p4096_attn_f32 $M/g4-26b-q4_0.gguf 4096 16 MARKBASE_CUDA_ATTN_TC=0
+  fi
   if wait_for $M/gen2.done; then
     mb dense_p512 $M/g4-26b-dense-q4_0.gguf 512 128
     mb e4b_p512 $M/g4-e4b-q4_0.gguf 512 128

@@ -19,7 +19,20 @@
 namespace markbase::cuda {
 namespace {
 
-constexpr int BM = kMatmulBM, BN = 128, KB = 4, kThreads = 256;
+// Tuning knobs (bench/cuda/mmq_check.cu builds variants with -D): blocks of K per stage, whether
+// fragments are read with ldmatrix, and the blocks per multiprocessor the registers are sized for.
+#ifndef MMQ_KB
+#define MMQ_KB 4
+#endif
+#ifndef MMQ_LDMATRIX
+#define MMQ_LDMATRIX 1
+#endif
+#ifndef MMQ_MIN_BLOCKS
+#define MMQ_MIN_BLOCKS 2
+#endif
+constexpr int BM = kMatmulBM, BN = 128, KB = MMQ_KB, kThreads = 256;
+constexpr int kPer = KB / 2;  // 16-byte activation chunks and weight units per thread and stage
+static_assert(KB % 4 == 0, "a stage's scales are spread over the block's 256 threads");
 // One row's codes of a stage, padded by 16 bytes: a fragment load (8 rows x 4 words) then hits
 // 32 distinct banks (row stride 36 words).
 constexpr int kRowBytes = KB * 32 + 16;
@@ -58,6 +71,13 @@ __device__ __forceinline__ void mma_s8(int (&c)[4], const int (&a)[4], const int
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+__device__ __forceinline__ void ldmatrix_x4(int (&r)[4], const void* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
 __device__ __forceinline__ unsigned ld_u16x2(const unsigned short* p) {
   return static_cast<unsigned>(__ldg(p)) | (static_cast<unsigned>(__ldg(p + 1)) << 16);
 }
@@ -73,31 +93,36 @@ __device__ __forceinline__ void cp_async(void* dst, const void* src, int bytes, 
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::); }
 
-// The activation side of a stage: thread tid copies 16-byte chunks (row, part) tid and tid + 256
-// of the tile's 64 rows x 128 codes, and scale (row, block) tid.
-__device__ __forceinline__ void copy_a_stage(const Args& p, const int (&arow)[3], int kb0, int nb, Stage& st) {
+// The activation side of a stage: thread tid copies 16-byte chunks (row, part) tid + 256 r of the
+// tile's 64 rows x 32 KB codes (r < kPer), and scales (row, block) tid + 256 r (r < KB / 4).
+// arow[] holds the activation rows of those chunks, then of those scales.
+constexpr int kARows = kPer + KB / 4;
+__device__ __forceinline__ void copy_a_stage(const Args& p, const int (&arow)[kARows], int kb0, int nb, Stage& st) {
   const int tid = threadIdx.x;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < kPer; ++r) {
     const int idx = tid + kThreads * r, part = idx % (KB * 2), b = kb0 + part / 2;
     const bool ok = arow[r] >= 0 && b < nb;
     const signed char* src = ok ? p.a.q + static_cast<size_t>(arow[r]) * p.a_stride + kb0 * 32 + part * 16 : p.a.q;
     cp_async(&st.a[idx / (KB * 2)][part * 16], src, 16, ok ? 16 : 0);
   }
-  const int b = kb0 + tid % KB;
-  const bool ok = arow[2] >= 0 && b < nb;
-  const float* src = ok ? p.a.d + static_cast<size_t>(arow[2]) * (p.a_stride / 32) + b : p.a.d;
-  cp_async(&st.da[tid / KB][tid % KB], src, 4, ok ? 4 : 0);
+#pragma unroll
+  for (int r = 0; r < KB / 4; ++r) {
+    const int idx = tid + kThreads * r, b = kb0 + idx % KB;
+    const bool ok = arow[kPer + r] >= 0 && b < nb;
+    const float* src = ok ? p.a.d + static_cast<size_t>(arow[kPer + r]) * (p.a_stride / 32) + b : p.a.d;
+    cp_async(&st.da[idx / KB][idx % KB], src, 4, ok ? 4 : 0);
+  }
 }
 
 // The weight side of a stage, held in registers between its global loads and its decoded
-// shared-memory stores: thread tid takes units (row, block) tid and tid + 256 of the tile's
-// 128 rows x 4 blocks.
+// shared-memory stores: thread tid takes units (row, block) tid + 256 r (r < kPer) of the tile's
+// 128 rows x KB blocks.
 template <int TYPE>
 struct Staged {
   static constexpr int kWords = TYPE == MB_Q4_0 ? 4 : 8;  // code words per weight block
-  unsigned short wd[2];
-  unsigned w[2][kWords];
+  unsigned short wd[kPer];
+  unsigned w[kPer][kWords];
 };
 
 template <int TYPE>
@@ -105,7 +130,7 @@ __device__ __forceinline__ void load_w_stage(const Args& p, const TileRows& tr, 
                                              Staged<TYPE>& s) {
   const int tid = threadIdx.x;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < kPer; ++r) {
     const int idx = tid + kThreads * r, n = n0 + idx / KB, b = kb0 + idx % KB;
     if (n >= p.N || b >= nb) {
       s.wd[r] = 0;
@@ -125,7 +150,7 @@ template <int TYPE>
 __device__ __forceinline__ void store_w_stage(const Staged<TYPE>& s, Stage& st) {
   const int tid = threadIdx.x;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < kPer; ++r) {
     const int idx = tid + kThreads * r, n = idx / KB, b = idx % KB;
     st.dw[n][b] = __half2float(__ushort_as_half(s.wd[r]));
     int4* dst = reinterpret_cast<int4*>(&st.w[n][b * 32]);
@@ -147,7 +172,7 @@ __device__ __forceinline__ void store_w_stage(const Staged<TYPE>& s, Stage& st) 
 }
 
 template <int TYPE>
-__global__ void __launch_bounds__(kThreads, 2) matmul_q8_kernel(Args p) {
+__global__ void __launch_bounds__(kThreads, MMQ_MIN_BLOCKS) matmul_q8_kernel(Args p) {
   extern __shared__ __align__(16) unsigned char smem[];
   Stage* stages = reinterpret_cast<Stage*>(smem);
   TileRows tr;
@@ -155,11 +180,12 @@ __global__ void __launch_bounds__(kThreads, 2) matmul_q8_kernel(Args p) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / 4, wn = warp % 4, g = lane / 4, t = lane % 4;
   const int n0 = blockIdx.x * BN, nb = p.w.K / 32, stages_n = (nb + KB - 1) / KB;
-  // The activation rows this thread loads: its two 16-byte chunks' rows and its scale's row.
-  int arow[3];
-  arow[0] = tr.a_row(tid / (KB * 2));
-  arow[1] = tr.a_row((tid + kThreads) / (KB * 2));
-  arow[2] = tr.a_row(tid / KB);
+  // The activation rows this thread copies (copy_a_stage): its chunks' rows, then its scales'.
+  int arow[kARows];
+#pragma unroll
+  for (int r = 0; r < kPer; ++r) arow[r] = tr.a_row((tid + kThreads * r) / (KB * 2));
+#pragma unroll
+  for (int r = 0; r < KB / 4; ++r) arow[kPer + r] = tr.a_row((tid + kThreads * r) / KB);
 
   float acc[2][4][4];
 #pragma unroll
@@ -186,26 +212,50 @@ __global__ void __launch_bounds__(kThreads, 2) matmul_q8_kernel(Args p) {
     for (int kb = 0; kb < KB; ++kb) {
       int a[2][4], b[4][2];
       float da[2][2], dw[4][2];
+#if MMQ_LDMATRIX
+      // ldmatrix.x4 hands each lane the fragment words the mma expects: for A, matrices (rows
+      // 0-7 | 8-15) x (codes 0-15 | 16-31), lanes 8q..8q+7 addressing matrix q's rows; for B,
+      // two 8-column tiles j, j + 1 at once, (codes 0-15 | 16-31) each.
+      {
+        const int mrow = lane % 8 + 8 * ((lane / 8) % 2), half = 16 * (lane / 16);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) ldmatrix_x4(a[i], &S.a[wm * 32 + i * 16 + mrow][kb * 32 + half]);
+        const int ncol = lane % 8 + 8 * (lane / 16), khalf = 16 * ((lane / 8) % 2);
+#pragma unroll
+        for (int j = 0; j < 4; j += 2) {
+          int r[4];
+          ldmatrix_x4(r, &S.w[wn * 32 + j * 8 + ncol][kb * 32 + khalf]);
+          b[j][0] = r[0]; b[j][1] = r[1]; b[j + 1][0] = r[2]; b[j + 1][1] = r[3];
+        }
+      }
+#else
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const int m = wm * 32 + i * 16 + g;
-        const signed char* r0 = &S.a[m][kb * 32 + t * 4];
-        const signed char* r8 = &S.a[m + 8][kb * 32 + t * 4];
+        const signed char* r0 = &S.a[wm * 32 + i * 16 + g][kb * 32 + t * 4];
+        const signed char* r8 = r0 + 8 * kRowBytes;
         a[i][0] = *reinterpret_cast<const int*>(r0);
         a[i][1] = *reinterpret_cast<const int*>(r8);
         a[i][2] = *reinterpret_cast<const int*>(r0 + 16);
         a[i][3] = *reinterpret_cast<const int*>(r8 + 16);
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const signed char* c = &S.w[wn * 32 + j * 8 + g][kb * 32 + t * 4];
+        b[j][0] = *reinterpret_cast<const int*>(c);
+        b[j][1] = *reinterpret_cast<const int*>(c + 16);
+      }
+#endif
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int m = wm * 32 + i * 16 + g;
         da[i][0] = S.da[m][kb];
         da[i][1] = S.da[m + 8][kb];
       }
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const int n = wn * 32 + j * 8;
-        const signed char* c = &S.w[n + g][kb * 32 + t * 4];
-        b[j][0] = *reinterpret_cast<const int*>(c);
-        b[j][1] = *reinterpret_cast<const int*>(c + 16);
-        dw[j][0] = S.dw[n + 2 * t][kb];
-        dw[j][1] = S.dw[n + 2 * t + 1][kb];
+        const int n = wn * 32 + j * 8 + 2 * t;
+        dw[j][0] = S.dw[n][kb];
+        dw[j][1] = S.dw[n + 1][kb];
       }
 #pragma unroll
       for (int i = 0; i < 2; ++i)

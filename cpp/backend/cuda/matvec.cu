@@ -108,8 +108,10 @@ int launch_type(cudaStream_t s, const WeightRef& w, int N, const float* a, int a
     matvec_row_block_kernel<TYPE><<<N, kRowBlockThreads, 0, s>>>(w, a, out);
   } else if (T == 1) {
     matvec_kernel<TYPE, 1><<<dim3(MB_BLOCKS(N, kWarps), 1), block, 0, s>>>(w, N, a, as, T, out, os);
-  } else {
+  } else if (T <= 64) {
     matvec_kernel<TYPE, 4><<<dim3(MB_BLOCKS(N, kWarps), MB_BLOCKS(T, 4)), block, 0, s>>>(w, N, a, as, T, out, os);
+  } else {  // narrow prefill products (the MoE router): each weight read once per 16 tokens
+    matvec_kernel<TYPE, 16><<<dim3(MB_BLOCKS(N, kWarps), MB_BLOCKS(T, 16)), block, 0, s>>>(w, N, a, as, T, out, os);
   }
   return 1;
 }

@@ -198,6 +198,8 @@ int main(int argc, char** argv) {
       {"26b q, 64 rows", 2, 64, 4096, 2816},
       {"26b q, 100 rows", 2, 100, 4096, 2816},
       {"26b q q8_0", 8, 512, 4096, 2816},
+      {"odd: 89 blocks, N 1000", 2, 200, 1000, 2848},    // 16-bit weight loads, part tiles
+      {"odd: 89 blocks, N 1000 q8_0", 8, 200, 1000, 2848},
       {"26b experts gate+up", 2, 512, 1408, 2816, 128, 8, false},
       {"26b experts down", 2, 512, 2816, 704, 128, 8, true},
       {"26b experts gate+up q8_0", 8, 512, 1408, 2816, 128, 8, false},

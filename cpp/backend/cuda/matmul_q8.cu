@@ -41,8 +41,8 @@ static_assert(BM == 64, "the warp grid below covers 64 rows");
 struct Stage {
   signed char a[BM][kRowBytes];
   signed char w[BN][kRowBytes];
-  float da[BM][KB];
-  float dw[BN][KB];
+  float da[KB][BM];  // block-major: a lane's two columns' weight scales are one float2
+  float dw[KB][BN];
 };
 constexpr int kSmemBytes = 2 * static_cast<int>(sizeof(Stage));
 
@@ -58,9 +58,11 @@ struct Args {
 };
 
 // Integer sums ride in float registers through the magic-number trick: the accumulator starts at
-// the bits of 1.5 * 2^23, so after the mma the int32 bits are those of the float 1.5 * 2^23 + sum
-// (|sum| <= 32 * 128 * 127 < 2^22), and one float subtraction gives the sum exactly, without an
-// int-to-float conversion per value.
+// the bits of 1.5 * 2^23, so after the mma the int32 bits are those of the float M + sum with
+// M = 1.5 * 2^23 (|sum| <= 32 * 128 * 127 < 2^22), with no int-to-float conversion. The weight
+// scale dw is an f16 value (11 significant bits), so M dw = 3 dw 2^22 is exact in float32, and
+// fma(M + sum, dw, -M dw) = sum * dw with a single rounding: two FMAs per value and block
+// (this one, then the activation scale's), as exact as converting the sum.
 constexpr int kMagicBits = 0x4B400000;
 constexpr float kMagic = 12582912.0f;
 
@@ -111,67 +113,109 @@ __device__ __forceinline__ void copy_a_stage(const Args& p, const int (&arow)[kA
     const int idx = tid + kThreads * r, b = kb0 + idx % KB;
     const bool ok = arow[kPer + r] >= 0 && b < nb;
     const float* src = ok ? p.a.d + static_cast<size_t>(arow[kPer + r]) * (p.a_stride / 32) + b : p.a.d;
-    cp_async(&st.da[idx / KB][idx % KB], src, 4, ok ? 4 : 0);
+    cp_async(&st.da[idx % KB][idx / KB], src, 4, ok ? 4 : 0);
   }
 }
 
 // The weight side of a stage, held in registers between its global loads and its decoded
-// shared-memory stores: thread tid takes units (row, block) tid + 256 r (r < kPer) of the tile's
-// 128 rows x KB blocks.
-template <int TYPE>
+// shared-memory stores. Blocks are 18 (Q4_0) or 34 (Q8_0) bytes, so they start 2-byte aligned;
+// where a row holds an even number of blocks (rows 4-byte aligned: PAIRED), a thread loads two
+// consecutive blocks as 32-bit words (9 or 17, half the load instructions of 16-bit loads) and
+// realigns them with byte permutes; otherwise one block as 16-bit halves.
+//   PAIRED: thread tid takes pairs (row, pair) tid + 256 r (r < KB / 4) of 128 rows x KB / 2 pairs;
+//   else:   units (row, block) tid + 256 r (r < KB / 2) of 128 rows x KB blocks.
+template <int TYPE, bool PAIRED>
 struct Staged {
-  static constexpr int kWords = TYPE == MB_Q4_0 ? 4 : 8;  // code words per weight block
-  unsigned short wd[kPer];
-  unsigned w[kPer][kWords];
+  static constexpr int kBlockBytes = TYPE == MB_Q4_0 ? 18 : 34;
+  static constexpr int kLoads = PAIRED ? KB / 4 : KB / 2;              // pairs or single blocks
+  static constexpr int kWords = PAIRED ? kBlockBytes / 2 : kBlockBytes / 2;  // 32-bit words, or 16-bit halves
+  unsigned v[kLoads][kWords];
 };
 
-template <int TYPE>
+template <int TYPE, bool PAIRED>
 __device__ __forceinline__ void load_w_stage(const Args& p, const TileRows& tr, int n0, int kb0, int nb,
-                                             Staged<TYPE>& s) {
+                                             Staged<TYPE, PAIRED>& s) {
+  using S = Staged<TYPE, PAIRED>;
+  constexpr int per_row = PAIRED ? KB / 2 : KB;
   const int tid = threadIdx.x;
 #pragma unroll
-  for (int r = 0; r < kPer; ++r) {
-    const int idx = tid + kThreads * r, n = n0 + idx / KB, b = kb0 + idx % KB;
-    if (n >= p.N || b >= nb) {
-      s.wd[r] = 0;
+  for (int r = 0; r < S::kLoads; ++r) {
+    const int idx = tid + kThreads * r, n = n0 + idx / per_row;
+    const int b = kb0 + (idx % per_row) * (PAIRED ? 2 : 1);  // nb is even when PAIRED
+    const bool ok = n < p.N && b < nb;
+    const mb_u8* blk = tr.w + static_cast<size_t>(ok ? n : 0) * p.w.row_bytes + S::kBlockBytes * (ok ? b : 0);
+    if constexpr (PAIRED) {
+      const unsigned* q = reinterpret_cast<const unsigned*>(blk);
 #pragma unroll
-      for (int i = 0; i < Staged<TYPE>::kWords; ++i) s.w[r][i] = TYPE == MB_Q4_0 ? 0x88888888u : 0u;  // codes of 0
-      continue;
-    }
-    const mb_u8* row = tr.w + static_cast<size_t>(n) * p.w.row_bytes;
-    const unsigned short* q = reinterpret_cast<const unsigned short*>(row + (TYPE == MB_Q4_0 ? 18 : 34) * b);
-    s.wd[r] = __ldg(q);
-#pragma unroll
-    for (int i = 0; i < Staged<TYPE>::kWords; ++i) s.w[r][i] = ld_u16x2(q + 1 + 2 * i);
-  }
-}
-
-template <int TYPE>
-__device__ __forceinline__ void store_w_stage(const Staged<TYPE>& s, Stage& st) {
-  const int tid = threadIdx.x;
-#pragma unroll
-  for (int r = 0; r < kPer; ++r) {
-    const int idx = tid + kThreads * r, n = idx / KB, b = idx % KB;
-    st.dw[n][b] = __half2float(__ushort_as_half(s.wd[r]));
-    int4* dst = reinterpret_cast<int4*>(&st.w[n][b * 32]);
-    if constexpr (TYPE == MB_Q4_0) {
-      // Byte j of word i holds weight 4i + j in its low nibble and weight 16 + 4i + j in its high one.
-      unsigned lo[4], hi[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        lo[i] = __vsub4(s.w[r][i] & 0x0F0F0F0Fu, 0x08080808u);
-        hi[i] = __vsub4((s.w[r][i] >> 4) & 0x0F0F0F0Fu, 0x08080808u);
-      }
-      dst[0] = make_int4(lo[0], lo[1], lo[2], lo[3]);
-      dst[1] = make_int4(hi[0], hi[1], hi[2], hi[3]);
+      for (int i = 0; i < S::kWords; ++i) s.v[r][i] = ok ? __ldg(q + i) : 0u;
     } else {
-      dst[0] = make_int4(s.w[r][0], s.w[r][1], s.w[r][2], s.w[r][3]);
-      dst[1] = make_int4(s.w[r][4], s.w[r][5], s.w[r][6], s.w[r][7]);
+      const unsigned short* q = reinterpret_cast<const unsigned short*>(blk);
+#pragma unroll
+      for (int i = 0; i < S::kWords; ++i) s.v[r][i] = ok ? __ldg(q + i) : 0u;
     }
   }
 }
 
+// One block's scale and codes into the stage: bytes[] are the block's 2 + 16 (Q4_0) or 2 + 32
+// (Q8_0) bytes as 32-bit words starting at its first byte (word i = bytes 4i .. 4i + 3) when
+// off == 0, or at 2 bytes before it when off == 2. A zero block (d = 0, codes 0) past N or K
+// adds nothing: Q4_0 codes of 0 give -8, times a zero scale.
 template <int TYPE>
+__device__ __forceinline__ void store_block(const unsigned* words, int off, Stage& st, int n, int b) {
+  constexpr int kQs = TYPE == MB_Q4_0 ? 4 : 8;  // code words
+  // byte k of the block is byte k + off of the words
+  auto word_at = [&](int k) {  // the 32-bit word of block bytes k .. k + 3 (k even)
+    const int i = (k + off) >> 2;
+    return ((k + off) & 3) ? __byte_perm(words[i], words[i + 1], 0x5432) : words[i];
+  };
+  const unsigned short d = static_cast<unsigned short>(off ? words[0] >> 16 : words[0] & 0xFFFFu);
+  st.dw[b][n] = __half2float(__ushort_as_half(d));
+  unsigned q[kQs];
+#pragma unroll
+  for (int i = 0; i < kQs; ++i) q[i] = word_at(2 + 4 * i);
+  int4* dst = reinterpret_cast<int4*>(&st.w[n][b * 32]);
+  if constexpr (TYPE == MB_Q4_0) {
+    // Byte j of code word i holds weight 4i + j in its low nibble and weight 16 + 4i + j in its high one.
+    unsigned lo[4], hi[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      lo[i] = __vsub4(q[i] & 0x0F0F0F0Fu, 0x08080808u);
+      hi[i] = __vsub4((q[i] >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+    }
+    dst[0] = make_int4(lo[0], lo[1], lo[2], lo[3]);
+    dst[1] = make_int4(hi[0], hi[1], hi[2], hi[3]);
+  } else {
+    dst[0] = make_int4(q[0], q[1], q[2], q[3]);
+    dst[1] = make_int4(q[4], q[5], q[6], q[7]);
+  }
+}
+
+template <int TYPE, bool PAIRED>
+__device__ __forceinline__ void store_w_stage(const Staged<TYPE, PAIRED>& s, Stage& st) {
+  using S = Staged<TYPE, PAIRED>;
+  constexpr int per_row = PAIRED ? KB / 2 : KB;
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int r = 0; r < S::kLoads; ++r) {
+    const int idx = tid + kThreads * r, n = idx / per_row;
+    if constexpr (PAIRED) {
+      // words 0 .. 8 (Q4_0) hold block 0 at byte 0 and block 1 at byte 18 = word 4 + 2 bytes;
+      // words 0 .. 16 (Q8_0): block 1 at byte 34 = word 8 + 2 bytes.
+      const int b = (idx % per_row) * 2;
+      store_block<TYPE>(s.v[r], 0, st, n, b);
+      store_block<TYPE>(s.v[r] + S::kBlockBytes / 4, 2, st, n, b + 1);
+    } else {
+      // 16-bit halves: pack them into words first
+      unsigned w[S::kWords / 2 + 1];
+#pragma unroll
+      for (int i = 0; i < S::kWords / 2; ++i) w[i] = s.v[r][2 * i] | (s.v[r][2 * i + 1] << 16);
+      w[S::kWords / 2] = S::kWords % 2 ? s.v[r][S::kWords - 1] : 0u;
+      store_block<TYPE>(w, 0, st, n, idx % per_row);
+    }
+  }
+}
+
+template <int TYPE, bool PAIRED>
 __global__ void __launch_bounds__(kThreads, MMQ_MIN_BLOCKS) matmul_q8_kernel(Args p) {
   extern __shared__ __align__(16) unsigned char smem[];
   Stage* stages = reinterpret_cast<Stage*>(smem);
@@ -195,17 +239,17 @@ __global__ void __launch_bounds__(kThreads, MMQ_MIN_BLOCKS) matmul_q8_kernel(Arg
 #pragma unroll
       for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
 
-  Staged<TYPE> s;
+  Staged<TYPE, PAIRED> s;
   copy_a_stage(p, arow, 0, nb, stages[0]);
-  load_w_stage<TYPE>(p, tr, n0, 0, nb, s);
-  store_w_stage<TYPE>(s, stages[0]);
+  load_w_stage(p, tr, n0, 0, nb, s);
+  store_w_stage(s, stages[0]);
   cp_async_wait_all();
   __syncthreads();
   for (int st = 0; st < stages_n; ++st) {
     const bool more = st + 1 < stages_n;
     if (more) {  // the next stage's loads, in flight during this stage's products
       copy_a_stage(p, arow, (st + 1) * KB, nb, stages[(st + 1) & 1]);
-      load_w_stage<TYPE>(p, tr, n0, (st + 1) * KB, nb, s);
+      load_w_stage(p, tr, n0, (st + 1) * KB, nb, s);
     }
     const Stage& S = stages[st & 1];
 #pragma unroll 1
@@ -248,14 +292,14 @@ __global__ void __launch_bounds__(kThreads, MMQ_MIN_BLOCKS) matmul_q8_kernel(Arg
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int m = wm * 32 + i * 16 + g;
-        da[i][0] = S.da[m][kb];
-        da[i][1] = S.da[m + 8][kb];
+        da[i][0] = S.da[kb][m];
+        da[i][1] = S.da[kb][m + 8];
       }
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const int n = wn * 32 + j * 8 + 2 * t;
-        dw[j][0] = S.dw[n][kb];
-        dw[j][1] = S.dw[n + 1][kb];
+        const float2 v = *reinterpret_cast<const float2*>(&S.dw[kb][wn * 32 + j * 8 + 2 * t]);
+        dw[j][0] = v.x;
+        dw[j][1] = v.y;
       }
 #pragma unroll
       for (int i = 0; i < 2; ++i)
@@ -265,10 +309,11 @@ __global__ void __launch_bounds__(kThreads, MMQ_MIN_BLOCKS) matmul_q8_kernel(Arg
           mma_s8(c, a[i], b[j]);
 #pragma unroll
           for (int r = 0; r < 4; ++r)
-            acc[i][j][r] = fmaf(__int_as_float(c[r]) - kMagic, da[i][r >> 1] * dw[j][r & 1], acc[i][j][r]);
+            acc[i][j][r] = fmaf(fmaf(__int_as_float(c[r]), dw[j][r & 1], -kMagic * dw[j][r & 1]), da[i][r >> 1],
+                                acc[i][j][r]);
         }
     }
-    if (more) store_w_stage<TYPE>(s, stages[(st + 1) & 1]);
+    if (more) store_w_stage(s, stages[(st + 1) & 1]);
     cp_async_wait_all();
     __syncthreads();
   }
@@ -293,8 +338,10 @@ __global__ void __launch_bounds__(kThreads, MMQ_MIN_BLOCKS) matmul_q8_kernel(Arg
 }  // namespace
 
 void matmul_q8_setup() {
-  cudaFuncSetAttribute(matmul_q8_kernel<MB_Q4_0>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-  cudaFuncSetAttribute(matmul_q8_kernel<MB_Q8_0>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  cudaFuncSetAttribute(matmul_q8_kernel<MB_Q4_0, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  cudaFuncSetAttribute(matmul_q8_kernel<MB_Q4_0, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  cudaFuncSetAttribute(matmul_q8_kernel<MB_Q8_0, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  cudaFuncSetAttribute(matmul_q8_kernel<MB_Q8_0, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
 }
 
 int matmul_q8(cudaStream_t s, const WeightRef& w, int N, Q8Vec a, int a_stride, int M, float* out, int out_stride,
@@ -302,9 +349,18 @@ int matmul_q8(cudaStream_t s, const WeightRef& w, int N, Q8Vec a, int a_stride, 
   Args p{w, N, a, a_stride, M, out, out_stride, grouped ? *grouped : Grouped{}};
   const int tiles_m = grouped ? grouped->max_tiles : static_cast<int>(MB_BLOCKS(M, BM));
   const dim3 grid(MB_BLOCKS(N, BN), tiles_m);
+  // 32-bit weight loads need 4-byte aligned rows (an even number of blocks) and matrices
+  const bool paired = (w.K / 32) % 2 == 0 && (reinterpret_cast<uintptr_t>(w.data) & 3) == 0 &&
+                      w.row_bytes % 4 == 0 && w.expert_bytes % 4 == 0;
   switch (w.type) {
-    case MB_Q4_0: matmul_q8_kernel<MB_Q4_0><<<grid, kThreads, kSmemBytes, s>>>(p); return 1;
-    case MB_Q8_0: matmul_q8_kernel<MB_Q8_0><<<grid, kThreads, kSmemBytes, s>>>(p); return 1;
+    case MB_Q4_0:
+      if (paired) matmul_q8_kernel<MB_Q4_0, true><<<grid, kThreads, kSmemBytes, s>>>(p);
+      else matmul_q8_kernel<MB_Q4_0, false><<<grid, kThreads, kSmemBytes, s>>>(p);
+      return 1;
+    case MB_Q8_0:
+      if (paired) matmul_q8_kernel<MB_Q8_0, true><<<grid, kThreads, kSmemBytes, s>>>(p);
+      else matmul_q8_kernel<MB_Q8_0, false><<<grid, kThreads, kSmemBytes, s>>>(p);
+      return 1;
   }
   return 0;  // the backend checks has_q8_dot() first
 }

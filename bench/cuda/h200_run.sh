@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call on the H200: builds MarkBase with the CUDA backend, runs the CUDA tests, and
 # measures MarkBase (and llama.cpp's CUDA llama-bench, built beside it) on synthetic Gemma 4 GGUFs.
-#   STAGES="test tune bench profile ab llama ncu" BUDGET=560 bash bench/cuda/h200_run.sh
+#   STAGES="test attn tune bench profile ab llama ncu" BUDGET=560 bash bench/cuda/h200_run.sh
 # Carried: .whl (transformers 5.23 for the tiny models), .gpu/llama.cpp-src.tar.gz (trimmed
 # llama.cpp of the llama-cpp-python 0.3.36 sdist). Logs and JSON go to $OUT.
 set -u
@@ -51,6 +51,13 @@ if has test; then
   log "tests"
   timeout $(( $(left) > 300 ? 300 : $(left) )) python3 -m pytest -q -p no:cacheprovider --durations=8 tests/test_cuda_backend.py \
     ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tail -40 | tee "$OUT/tests.log"
+fi
+
+if has attn; then  # the tensor-core prefill attention against the float32 kernel, and its times
+  log "attention check"
+  nvcc -std=c++17 -O3 -arch=sm_90a --expt-relaxed-constexpr -I cpp -o /tmp/attn_check bench/cuda/attn_check.cu \
+    cpp/backend/cuda/attention.cu cpp/backend/cuda/attention_tc.cu cpp/backend/cuda/matvec_q8.cu > "$OUT/attn_check.log" 2>&1 &&
+    timeout $(( $(left) > 180 ? 120 : 30 )) /tmp/attn_check 2>&1 | tee -a "$OUT/attn_check.log"
 fi
 
 wait_for() { while [ ! -f "$1" ] && [ "$(left)" -gt 20 ]; do sleep 2; done; [ -f "$1" ]; }

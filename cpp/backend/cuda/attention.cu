@@ -8,9 +8,12 @@
 // blocks per head whose partial results a second kernel combines, so that a long context keeps
 // the whole GPU busy (flash-decoding). The split count depends on the cache capacity only, never
 // on the position, so a captured decode graph stays valid for every token.
+// Prefill over f16 caches in default mode goes to the tensor-core kernel of attention_tc.cu
+// instead; this float32 kernel stays the reference (precise mode, f32 caches, decode).
 #include <algorithm>
 #include <cfloat>
 
+#include "backend/cuda/attention_tc.h"
 #include "backend/cuda/q8.cuh"
 
 namespace markbase::cuda {
@@ -236,6 +239,7 @@ size_t smem_bytes(int d, int warps) { return (static_cast<size_t>(kTile) * (2 * 
 size_t attention_smem_limit() {
   const size_t need = smem_bytes(kMaxDim, kMaxWarps);
   cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(need));
+  attention_tc_init();
   return need;
 }
 
@@ -253,7 +257,12 @@ int store_kv(cudaStream_t s, const CacheRef& c, const float* k, int ks, const fl
 }
 
 int attention(cudaStream_t s, const CacheRef& c, const float* q, int qs, const StepBuf* step, int T, int heads,
-              float scale, int window, float* out, int os, int splits, float* scratch, Q8Vec q8) {
+              float scale, int window, float* out, int os, int splits, float* scratch, Q8Vec q8,
+              bool tensor_cores) {
+  if (tensor_cores && splits == 1 && attention_tc_eligible(c, T)) {
+    const int n = attention_tc(s, c, q, qs, step, T, heads, scale, window, out, os);
+    if (n > 0) return q8.q ? n + quantize_q8(s, out, os, heads * c.head_dim, 1, q8, 0) : n;
+  }
   const int group = heads / c.kv_heads;
   const int rows = T * group, warps = std::min(kMaxWarps, rows);
   AttnArgs p{c, q, qs, step, T, heads, group, window, splits, warps, scale, out, os, scratch};

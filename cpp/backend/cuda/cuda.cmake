@@ -22,6 +22,7 @@ target_sources(markbase_core PRIVATE
   cpp/backend/cuda/matmul_q8.cu
   cpp/backend/cuda/norm_rope.cu
   cpp/backend/cuda/attention.cu
+  cpp/backend/cuda/attention_tc.cu
   cpp/backend/cuda/moe.cu
   cpp/backend/cuda/sample.cu
 )

@@ -17,7 +17,8 @@
 //    MARKBASE_CUDA_FUSE=0 turns off the fusions and the batching of products (see encode());
 //    MARKBASE_CUDA_INT8_PREFILL=0 sends prefill's Q4_0 / Q8_0 products back to the f16 tiles;
 //    MARKBASE_CUDA_PROFILE=1 runs eagerly, times every op with events and prints the time per op
-//    kind (per graph size) to stderr when the backend is destroyed.
+//    kind (per graph size) to stderr when the backend is destroyed; MARKBASE_CUDA_ATTN_TC=0 keeps
+//    prefill attention on the float32 kernel in default mode too (A/B checks of the tensor-core one).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -138,6 +139,7 @@ class CudaBackend : public Backend {
     use_graphs_ = env_flag("MARKBASE_CUDA_GRAPH", true) && !host_routing_ && !profile_;
     fuse_ = env_flag("MARKBASE_CUDA_FUSE", true);
     int8_prefill_ = env_flag("MARKBASE_CUDA_INT8_PREFILL", true) && !opt_.precise;
+    attn_tc_ = env_flag("MARKBASE_CUDA_ATTN_TC", true);
     sample_result_ = dev_alloc(sizeof(int));
     sample_recent_ = dev_alloc(cuda::kMaxRecent * sizeof(int));
     sample_host_ = host_alloc((cuda::kMaxRecent + 1) * sizeof(int));
@@ -690,7 +692,8 @@ class CudaBackend : public Backend {
             q8_n = op.n;
           }
           kernels += cuda::attention(stream_, c, a, as, step, T, op.heads, op.f, op.window, out, os,
-                                     cuda::attention_splits(c, T), ptr<float>(st.attn_scratch), q8);
+                                     cuda::attention_splits(c, T), ptr<float>(st.attn_scratch), q8,
+                                     attn_tc_ && !opt_.precise);
           break;
         }
         case OpKind::MoeRoute:
@@ -743,6 +746,7 @@ class CudaBackend : public Backend {
   BackendOptions opt_;
   cudaStream_t stream_ = nullptr;
   bool host_routing_ = false, use_graphs_ = true, profile_ = false, fuse_ = true, int8_prefill_ = true;
+  bool attn_tc_ = true;  // default-mode prefill attention on the tensor cores (attention_tc.cu)
   std::vector<cudaEvent_t> events_;
   std::vector<std::pair<std::string, size_t>> timed_;
   std::map<std::string, std::pair<double, int>> prof_;

@@ -136,9 +136,10 @@ int store_kv(cudaStream_t s, const CacheRef& c, const float* k, int k_stride, co
 // splits > 1: positions are split over that many blocks per row and combined (decode);
 // scratch holds rows * splits * (head_dim + 2) floats.
 // q8 (when set; one token, heads * head_dim % 32 == 0): the output row is also quantized.
+// tensor_cores (default mode): prefill over f16 caches runs on the tensor cores (attention_tc.cu).
 int attention(cudaStream_t s, const CacheRef& c, const float* q, int q_stride, const StepBuf* step, int T,
               int heads, float scale, int window, float* out, int out_stride, int splits, float* scratch,
-              Q8Vec q8 = {});
+              Q8Vec q8 = {}, bool tensor_cores = false);
 int attention_splits(const CacheRef& c, int T);  // the split count the backend should use
 size_t attention_smem_limit();                     // called once: raises the kernels' smem limit
 

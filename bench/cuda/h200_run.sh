@@ -107,6 +107,7 @@ if has bench && wait_for $M/gen26.done; then
     mb dense_p512 $M/g4-26b-dense-q4_0.gguf 512 128
     mb e4b_p512 $M/g4-e4b-q4_0.gguf 512 128
     mb e4b_p4096 $M/g4-e4b-q4_0.gguf 4096 64
+    has profile && mb e4b_profile $M/g4-e4b-q4_0.gguf 512 16 MARKBASE_CUDA_PROFILE=1
   fi
 fi
 

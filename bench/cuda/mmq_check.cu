@@ -1,7 +1,7 @@
 // Correctness and speed of the int8 tensor-core prefill products (cpp/backend/cuda/matmul_q8.cu)
-// on the Gemma 4 26B-A4B shapes, for tuning variants built with -D (MMQ_KB, MMQ_LDMATRIX,
-// MMQ_MIN_BLOCKS). Build and run on the GPU machine, from the repository root:
-//   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -I cpp [-DMMQ_KB=8 ...] \
+// on the Gemma 4 26B-A4B and E4B shapes, for variants built with -D (MMQ_FORCE_BN=64 or 128: one
+// tile width for every shape). Build and run on the GPU machine, from the repository root:
+//   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -I cpp [-DMMQ_FORCE_BN=64] \
 //     bench/cuda/mmq_check.cu cpp/backend/cuda/matmul_q8.cu cpp/backend/cuda/matvec_q8.cu -o /tmp/mmq && /tmp/mmq
 // Checks 4096 sampled outputs of every product against a float64 reference computed from the very
 // codes and scales the GPU used (the activation rows are quantized by quantize_q8 there), then
@@ -200,6 +200,11 @@ int main(int argc, char** argv) {
       {"26b q q8_0", 8, 512, 4096, 2816},
       {"odd: 89 blocks, N 1000", 2, 200, 1000, 2848},    // 16-bit weight loads, part tiles
       {"odd: 89 blocks, N 1000 q8_0", 8, 200, 1000, 2848},
+      {"e4b q", 2, 512, 2048, 2560},
+      {"e4b k", 2, 512, 512, 2560},
+      {"e4b o", 2, 512, 2560, 2048},
+      {"e4b mlp gate", 2, 512, 10240, 2560},
+      {"e4b mlp down", 2, 512, 2560, 10240},
       {"26b experts gate+up", 2, 512, 1408, 2816, 128, 8, false},
       {"26b experts down", 2, 512, 2816, 704, 128, 8, true},
       {"26b experts gate+up q8_0", 8, 512, 1408, 2816, 128, 8, false},

@@ -2,10 +2,10 @@
 # Builds bench/cuda/mmq_check.cu for each tuning variant of matmul_q8.cu (in parallel), runs each
 # (correctness + timing on the 26B-A4B shapes), then Nsight Compute on the default variant's dense
 # and grouped products. On the GPU machine, from the repository root; output to $OUT/mmq.txt.
-#   VARIANTS="default:|kb8:-DMMQ_KB=8 -DMMQ_MIN_BLOCKS=1" bash bench/cuda/mmq_variants.sh
+#   VARIANTS="default:|bn64:-DMMQ_FORCE_BN=64" bash bench/cuda/mmq_variants.sh
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-VARIANTS=${VARIANTS:-"default:|noldm:-DMMQ_LDMATRIX=0|kb8:-DMMQ_KB=8 -DMMQ_MIN_BLOCKS=1|minb1:-DMMQ_MIN_BLOCKS=1"}
+VARIANTS=${VARIANTS:-"default:|bn64:-DMMQ_FORCE_BN=64|bn128:-DMMQ_FORCE_BN=128"}
 IFS='|' read -ra VS <<< "$VARIANTS"
 for v in "${VS[@]}"; do
   name=${v%%:*}; flags=${v#*:}
@@ -20,7 +20,7 @@ for v in "${VS[@]}"; do
 done
 if [ "${NCU:-1}" = 1 ]; then
   N=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1)
-  for skip in 31 250; do  # 34 launches per case: the dense q product, then the experts' gate+up
+  for skip in 447 481; do  # 34 launches per case: e4b mlp down, then the experts gate+up
     timeout 120 $N --clock-control none --section SpeedOfLight --section Occupancy --section WarpStateStats \
       --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis -k regex:matmul_q8 --launch-skip $skip -c 1 \
       /tmp/mmq_default ncu 2>&1 | grep -vE "^==PROF==|^  *-+$" | tail -90 >> "$OUT/ncu_mmq.txt"

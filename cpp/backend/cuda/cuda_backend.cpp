@@ -651,9 +651,8 @@ class CudaBackend : public Backend {
             kernels += cuda::matvec_q8(stream_, jobs, need_q8(op.a, K), K);
           } else if (rows > kDecodeRows && op.n <= kNarrowRows) {
             // the MoE router in prefill (128 rows): the tiled matmul would run one column of
-            // blocks (259 us a layer for 256 tokens on the H200); the matrix-vector kernel reads
-            // each weight once per 4 tokens across the whole GPU
-            kernels += cuda::matvec(stream_, wref(op.w), op.n, a, as, rows, out, os);
+            // blocks (259 us a layer for 256 tokens on the H200)
+            kernels += cuda::narrow_matmul(stream_, wref(op.w), op.n, a, as, rows, out, os);
           } else if (int8_matmul(g, op)) {
             const int K = static_cast<int>(op.w->cols());
             kernels += cuda::matmul_q8(stream_, wref(op.w), op.n, need_prefill_q8(op.a, K), K, rows, out, os);

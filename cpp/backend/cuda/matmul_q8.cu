@@ -6,45 +6,43 @@
 // signed int8 codes in shared memory (Q4_0's 4-bit codes minus their offset 8; Q8_0's as they
 // are). One mma.sync m16n8k32 spans exactly one block of both sides, so its int32 sums are scaled
 // by the two blocks' scales into float32 accumulators, as llama.cpp's MMQ does. Against the f16
-// wmma tiles of matmul.cu this moves a quarter of the shared-memory bytes per product (int8
-// instead of f16 on both sides... and no per-value float conversion of the weights), and the
-// int8 tensor-core rate is twice the f16 one.
+// wmma tiles of matmul.cu (decoded weights and activations converted to f16 per tile) this
+// moved the 26B-A4B prefill from 2.1k to 7.5k tokens/s on the H200.
 //
-// Tiles: BM = kMatmulBM token rows (the MoE tile list's granularity) x BN = 128 weight rows,
-// 4 blocks (128 values) of K per stage, two stages in shared memory: the next stage's global
-// loads are issued before the current stage's products, so their latency hides behind them.
-// 8 warps in a 2 x 4 grid, each owning 32 x 32 outputs (2 x 4 mma tiles).
+// Tiles: BM = kMatmulBM token rows (the MoE tile list's granularity) x BN weight rows, 4 blocks
+// (128 values) of K per stage, two stages in shared memory: the next stage's loads (cp.async for
+// the activations, registers for the weights, which need decoding) are issued before the current
+// stage's products. Warps in a 2 x (BN / 32) grid, each owning 32 x 32 outputs (2 x 4 mma tiles).
+// BN is 128 (8 warps), or 64 (4 warps) where 128-row tiles would leave the GPU part empty: a
+// 512-token prefill has only 8 row tiles, so a 2560-row product makes 160 blocks of 128 rows for
+// 132 multiprocessors that each hold two (bench/cuda/mmq_check.cu measures both).
 #include "backend/cuda/matmul_tiles.cuh"
 
 namespace markbase::cuda {
 namespace {
 
-// Tuning knobs (bench/cuda/mmq_check.cu builds variants with -D): blocks of K per stage, whether
-// fragments are read with ldmatrix, and the blocks per multiprocessor the registers are sized for.
-#ifndef MMQ_KB
-#define MMQ_KB 4
+#ifndef MMQ_FORCE_BN  // 64 or 128: the check harness times one tile width on every shape
+#define MMQ_FORCE_BN 0
 #endif
-#ifndef MMQ_LDMATRIX
-#define MMQ_LDMATRIX 1
-#endif
-#ifndef MMQ_MIN_BLOCKS
-#define MMQ_MIN_BLOCKS 2
-#endif
-constexpr int BM = kMatmulBM, BN = 128, KB = MMQ_KB, kThreads = 256;
-constexpr int kPer = KB / 2;  // 16-byte activation chunks and weight units per thread and stage
-static_assert(KB % 4 == 0, "a stage's scales are spread over the block's 256 threads");
-// One row's codes of a stage, padded by 16 bytes: a fragment load (8 rows x 4 words) then hits
-// 32 distinct banks (row stride 36 words).
+constexpr int BM = kMatmulBM, KB = 4;
+static_assert(BM == 64, "the warp grid covers 64 rows");
+// One row's codes of a stage, padded by 16 bytes: ldmatrix's 8 rows x 16 bytes then hit 32
+// distinct banks (row stride 36 words).
 constexpr int kRowBytes = KB * 32 + 16;
-static_assert(BM == 64, "the warp grid below covers 64 rows");
 
-struct Stage {
-  signed char a[BM][kRowBytes];
-  signed char w[BN][kRowBytes];
-  float da[KB][BM];  // block-major: a lane's two columns' weight scales are one float2
-  float dw[KB][BN];
+template <int BN_>
+struct Tiles {
+  static constexpr int BN = BN_, kThreads = 2 * BN_, kWarpsN = BN_ / 32;
+  static constexpr int kAChunks = BM * KB * 2 / kThreads;  // 16-byte activation chunks per thread
+  static constexpr int kAScales = BM * KB / kThreads;      // activation scales per thread
+  struct Stage {
+    signed char a[BM][kRowBytes];
+    signed char w[BN][kRowBytes];
+    float da[KB][BM];  // block-major: a lane's two columns' weight scales are one float2
+    float dw[KB][BN];
+  };
+  static constexpr int kSmemBytes = 2 * static_cast<int>(sizeof(Stage));
 };
-constexpr int kSmemBytes = 2 * static_cast<int>(sizeof(Stage));
 
 struct Args {
   WeightRef w;
@@ -80,10 +78,6 @@ __device__ __forceinline__ void ldmatrix_x4(int (&r)[4], const void* p) {
                : "r"(a));
 }
 
-__device__ __forceinline__ unsigned ld_u16x2(const unsigned short* p) {
-  return static_cast<unsigned>(__ldg(p)) | (static_cast<unsigned>(__ldg(p + 1)) << 16);
-}
-
 // Copies of global memory into shared memory that bypass the registers (cp.async, sm_80+);
 // src_bytes = 0 writes zeros (rows past the tile, blocks past K).
 __device__ __forceinline__ void cp_async(void* dst, const void* src, int bytes, int src_bytes) {
@@ -95,11 +89,13 @@ __device__ __forceinline__ void cp_async(void* dst, const void* src, int bytes, 
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::); }
 
-// The activation side of a stage: thread tid copies 16-byte chunks (row, part) tid + 256 r of the
-// tile's 64 rows x 32 KB codes (r < kPer), and scales (row, block) tid + 256 r (r < KB / 4).
-// arow[] holds the activation rows of those chunks, then of those scales.
-constexpr int kARows = kPer + KB / 4;
-__device__ __forceinline__ void copy_a_stage(const Args& p, const int (&arow)[kARows], int kb0, int nb, Stage& st) {
+// The activation side of a stage: thread tid copies 16-byte chunks (row, part) tid + kThreads r of
+// the tile's 64 rows x 32 KB codes (r < kAChunks), and scales (row, block) tid + kThreads r
+// (r < kAScales). arow[] holds the activation rows of those chunks, then of those scales.
+template <class C>
+__device__ __forceinline__ void copy_a_stage(const Args& p, const int (&arow)[C::kAChunks + C::kAScales], int kb0,
+                                             int nb, typename C::Stage& st) {
+  constexpr int kThreads = C::kThreads, kPer = C::kAChunks;
   const int tid = threadIdx.x;
 #pragma unroll
   for (int r = 0; r < kPer; ++r) {
@@ -109,7 +105,7 @@ __device__ __forceinline__ void copy_a_stage(const Args& p, const int (&arow)[kA
     cp_async(&st.a[idx / (KB * 2)][part * 16], src, 16, ok ? 16 : 0);
   }
 #pragma unroll
-  for (int r = 0; r < KB / 4; ++r) {
+  for (int r = 0; r < C::kAScales; ++r) {
     const int idx = tid + kThreads * r, b = kb0 + idx % KB;
     const bool ok = arow[kPer + r] >= 0 && b < nb;
     const float* src = ok ? p.a.d + static_cast<size_t>(arow[kPer + r]) * (p.a_stride / 32) + b : p.a.d;
@@ -122,8 +118,9 @@ __device__ __forceinline__ void copy_a_stage(const Args& p, const int (&arow)[kA
 // where a row holds an even number of blocks (rows 4-byte aligned: PAIRED), a thread loads two
 // consecutive blocks as 32-bit words (9 or 17, half the load instructions of 16-bit loads) and
 // realigns them with byte permutes; otherwise one block as 16-bit halves.
-//   PAIRED: thread tid takes pairs (row, pair) tid + 256 r (r < KB / 4) of 128 rows x KB / 2 pairs;
-//   else:   units (row, block) tid + 256 r (r < KB / 2) of 128 rows x KB blocks.
+//   PAIRED: thread tid takes pairs (row, pair) tid + kThreads r (r < KB / 4) of BN rows x KB / 2
+//           pairs; else units (row, block) tid + kThreads r (r < KB / 2) of BN rows x KB blocks
+//   (kThreads = 2 BN: the counts per thread do not depend on BN).
 template <int TYPE, bool PAIRED>
 struct Staged {
   static constexpr int kBlockBytes = TYPE == MB_Q4_0 ? 18 : 34;
@@ -132,10 +129,11 @@ struct Staged {
   unsigned v[kLoads][kWords];
 };
 
-template <int TYPE, bool PAIRED>
+template <class C, int TYPE, bool PAIRED>
 __device__ __forceinline__ void load_w_stage(const Args& p, const TileRows& tr, int n0, int kb0, int nb,
                                              Staged<TYPE, PAIRED>& s) {
   using S = Staged<TYPE, PAIRED>;
+  constexpr int kThreads = C::kThreads;
   constexpr int per_row = PAIRED ? KB / 2 : KB;
   const int tid = threadIdx.x;
 #pragma unroll
@@ -160,7 +158,7 @@ __device__ __forceinline__ void load_w_stage(const Args& p, const TileRows& tr, 
 // (Q8_0) bytes as 32-bit words starting at its first byte (word i = bytes 4i .. 4i + 3) when
 // off == 0, or at 2 bytes before it when off == 2. A zero block (d = 0, codes 0) past N or K
 // adds nothing: Q4_0 codes of 0 give -8, times a zero scale.
-template <int TYPE>
+template <int TYPE, class Stage>
 __device__ __forceinline__ void store_block(const unsigned* words, int off, Stage& st, int n, int b) {
   constexpr int kQs = TYPE == MB_Q4_0 ? 4 : 8;  // code words
   // byte k of the block is byte k + off of the words
@@ -190,9 +188,10 @@ __device__ __forceinline__ void store_block(const unsigned* words, int off, Stag
   }
 }
 
-template <int TYPE, bool PAIRED>
-__device__ __forceinline__ void store_w_stage(const Staged<TYPE, PAIRED>& s, Stage& st) {
+template <class C, int TYPE, bool PAIRED>
+__device__ __forceinline__ void store_w_stage(const Staged<TYPE, PAIRED>& s, typename C::Stage& st) {
   using S = Staged<TYPE, PAIRED>;
+  constexpr int kThreads = C::kThreads;
   constexpr int per_row = PAIRED ? KB / 2 : KB;
   const int tid = threadIdx.x;
 #pragma unroll
@@ -215,21 +214,25 @@ __device__ __forceinline__ void store_w_stage(const Staged<TYPE, PAIRED>& s, Sta
   }
 }
 
-template <int TYPE, bool PAIRED>
-__global__ void __launch_bounds__(kThreads, MMQ_MIN_BLOCKS) matmul_q8_kernel(Args p) {
+// 128 registers a thread: two blocks of 8 warps (or four of 4) per multiprocessor.
+template <int TYPE, bool PAIRED, int BN>
+__global__ void __launch_bounds__(2 * BN, 256 / BN) matmul_q8_kernel(Args p) {
+  using C = Tiles<BN>;
+  using Stage = typename C::Stage;
+  constexpr int kThreads = C::kThreads;
   extern __shared__ __align__(16) unsigned char smem[];
   Stage* stages = reinterpret_cast<Stage*>(smem);
   TileRows tr;
   if (!tr.init(p.w, p.g, p.M, BM)) return;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wm = warp / 4, wn = warp % 4, g = lane / 4, t = lane % 4;
+  const int wm = warp / C::kWarpsN, wn = warp % C::kWarpsN, g = lane / 4, t = lane % 4;
   const int n0 = blockIdx.x * BN, nb = p.w.K / 32, stages_n = (nb + KB - 1) / KB;
   // The activation rows this thread copies (copy_a_stage): its chunks' rows, then its scales'.
-  int arow[kARows];
+  int arow[C::kAChunks + C::kAScales];
 #pragma unroll
-  for (int r = 0; r < kPer; ++r) arow[r] = tr.a_row((tid + kThreads * r) / (KB * 2));
+  for (int r = 0; r < C::kAChunks; ++r) arow[r] = tr.a_row((tid + kThreads * r) / (KB * 2));
 #pragma unroll
-  for (int r = 0; r < KB / 4; ++r) arow[kPer + r] = tr.a_row((tid + kThreads * r) / KB);
+  for (int r = 0; r < C::kAScales; ++r) arow[C::kAChunks + r] = tr.a_row((tid + kThreads * r) / KB);
 
   float acc[2][4][4];
 #pragma unroll
@@ -240,23 +243,22 @@ __global__ void __launch_bounds__(kThreads, MMQ_MIN_BLOCKS) matmul_q8_kernel(Arg
       for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
 
   Staged<TYPE, PAIRED> s;
-  copy_a_stage(p, arow, 0, nb, stages[0]);
-  load_w_stage(p, tr, n0, 0, nb, s);
-  store_w_stage(s, stages[0]);
+  copy_a_stage<C>(p, arow, 0, nb, stages[0]);
+  load_w_stage<C>(p, tr, n0, 0, nb, s);
+  store_w_stage<C>(s, stages[0]);
   cp_async_wait_all();
   __syncthreads();
   for (int st = 0; st < stages_n; ++st) {
     const bool more = st + 1 < stages_n;
     if (more) {  // the next stage's loads, in flight during this stage's products
-      copy_a_stage(p, arow, (st + 1) * KB, nb, stages[(st + 1) & 1]);
-      load_w_stage(p, tr, n0, (st + 1) * KB, nb, s);
+      copy_a_stage<C>(p, arow, (st + 1) * KB, nb, stages[(st + 1) & 1]);
+      load_w_stage<C>(p, tr, n0, (st + 1) * KB, nb, s);
     }
     const Stage& S = stages[st & 1];
 #pragma unroll 1
     for (int kb = 0; kb < KB; ++kb) {
       int a[2][4], b[4][2];
       float da[2][2], dw[4][2];
-#if MMQ_LDMATRIX
       // ldmatrix.x4 hands each lane the fragment words the mma expects: for A, matrices (rows
       // 0-7 | 8-15) x (codes 0-15 | 16-31), lanes 8q..8q+7 addressing matrix q's rows; for B,
       // two 8-column tiles j, j + 1 at once, (codes 0-15 | 16-31) each.
@@ -272,23 +274,6 @@ __global__ void __launch_bounds__(kThreads, MMQ_MIN_BLOCKS) matmul_q8_kernel(Arg
           b[j][0] = r[0]; b[j][1] = r[1]; b[j + 1][0] = r[2]; b[j + 1][1] = r[3];
         }
       }
-#else
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const signed char* r0 = &S.a[wm * 32 + i * 16 + g][kb * 32 + t * 4];
-        const signed char* r8 = r0 + 8 * kRowBytes;
-        a[i][0] = *reinterpret_cast<const int*>(r0);
-        a[i][1] = *reinterpret_cast<const int*>(r8);
-        a[i][2] = *reinterpret_cast<const int*>(r0 + 16);
-        a[i][3] = *reinterpret_cast<const int*>(r8 + 16);
-      }
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const signed char* c = &S.w[wn * 32 + j * 8 + g][kb * 32 + t * 4];
-        b[j][0] = *reinterpret_cast<const int*>(c);
-        b[j][1] = *reinterpret_cast<const int*>(c + 16);
-      }
-#endif
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int m = wm * 32 + i * 16 + g;
@@ -313,7 +298,7 @@ __global__ void __launch_bounds__(kThreads, MMQ_MIN_BLOCKS) matmul_q8_kernel(Arg
                                 acc[i][j][r]);
         }
     }
-    if (more) store_w_stage(s, stages[(st + 1) & 1]);
+    if (more) store_w_stage<C>(s, stages[(st + 1) & 1]);
     cp_async_wait_all();
     __syncthreads();
   }
@@ -335,34 +320,52 @@ __global__ void __launch_bounds__(kThreads, MMQ_MIN_BLOCKS) matmul_q8_kernel(Arg
     }
 }
 
+template <int BN>
+void raise_smem_limit() {
+  constexpr int bytes = Tiles<BN>::kSmemBytes;
+  cudaFuncSetAttribute(matmul_q8_kernel<MB_Q4_0, true, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  cudaFuncSetAttribute(matmul_q8_kernel<MB_Q4_0, false, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  cudaFuncSetAttribute(matmul_q8_kernel<MB_Q8_0, true, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  cudaFuncSetAttribute(matmul_q8_kernel<MB_Q8_0, false, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
+
+template <int BN>
+void launch(cudaStream_t s, const Args& p, int tiles_m, bool paired) {
+  const dim3 grid(MB_BLOCKS(p.N, BN), tiles_m);
+  constexpr int threads = Tiles<BN>::kThreads, smem = Tiles<BN>::kSmemBytes;
+  if (p.w.type == MB_Q4_0) {
+    if (paired) matmul_q8_kernel<MB_Q4_0, true, BN><<<grid, threads, smem, s>>>(p);
+    else matmul_q8_kernel<MB_Q4_0, false, BN><<<grid, threads, smem, s>>>(p);
+  } else {
+    if (paired) matmul_q8_kernel<MB_Q8_0, true, BN><<<grid, threads, smem, s>>>(p);
+    else matmul_q8_kernel<MB_Q8_0, false, BN><<<grid, threads, smem, s>>>(p);
+  }
+}
+
+int g_sm_count = 132;
+
 }  // namespace
 
 void matmul_q8_setup() {
-  cudaFuncSetAttribute(matmul_q8_kernel<MB_Q4_0, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-  cudaFuncSetAttribute(matmul_q8_kernel<MB_Q4_0, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-  cudaFuncSetAttribute(matmul_q8_kernel<MB_Q8_0, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-  cudaFuncSetAttribute(matmul_q8_kernel<MB_Q8_0, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  raise_smem_limit<64>();
+  raise_smem_limit<128>();
+  int dev = 0;
+  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&g_sm_count, cudaDevAttrMultiProcessorCount, dev);
 }
 
 int matmul_q8(cudaStream_t s, const WeightRef& w, int N, Q8Vec a, int a_stride, int M, float* out, int out_stride,
               const Grouped* grouped) {
-  Args p{w, N, a, a_stride, M, out, out_stride, grouped ? *grouped : Grouped{}};
+  if (w.type != MB_Q4_0 && w.type != MB_Q8_0) return 0;  // the backend checks has_q8_dot() first
+  const Args p{w, N, a, a_stride, M, out, out_stride, grouped ? *grouped : Grouped{}};
   const int tiles_m = grouped ? grouped->max_tiles : static_cast<int>(MB_BLOCKS(M, BM));
-  const dim3 grid(MB_BLOCKS(N, BN), tiles_m);
   // 32-bit weight loads need 4-byte aligned rows (an even number of blocks) and matrices
   const bool paired = (w.K / 32) % 2 == 0 && (reinterpret_cast<uintptr_t>(w.data) & 3) == 0 &&
                       w.row_bytes % 4 == 0 && w.expert_bytes % 4 == 0;
-  switch (w.type) {
-    case MB_Q4_0:
-      if (paired) matmul_q8_kernel<MB_Q4_0, true><<<grid, kThreads, kSmemBytes, s>>>(p);
-      else matmul_q8_kernel<MB_Q4_0, false><<<grid, kThreads, kSmemBytes, s>>>(p);
-      return 1;
-    case MB_Q8_0:
-      if (paired) matmul_q8_kernel<MB_Q8_0, true><<<grid, kThreads, kSmemBytes, s>>>(p);
-      else matmul_q8_kernel<MB_Q8_0, false><<<grid, kThreads, kSmemBytes, s>>>(p);
-      return 1;
-  }
-  return 0;  // the backend checks has_q8_dot() first
+  // 128-row tiles where they make at least four blocks per multiprocessor (two rounds of two)
+  const bool wide = MMQ_FORCE_BN ? MMQ_FORCE_BN == 128 : MB_BLOCKS(N, 128) * tiles_m >= 4 * g_sm_count;
+  if (wide) launch<128>(s, p, tiles_m, paired);
+  else launch<64>(s, p, tiles_m, paired);
+  return 1;
 }
 
 }  // namespace markbase::cuda

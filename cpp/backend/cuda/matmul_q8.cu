@@ -114,79 +114,108 @@ __device__ __forceinline__ void copy_a_stage(const Args& p, const int (&arow)[C:
 }
 
 // The weight side of a stage, held in registers between its global loads and its decoded
-// shared-memory stores. A row's KB blocks of a stage are contiguous (KB x 18 or 34 bytes), and
-// consecutive threads take consecutive 32-bit code words of them (word w of block b of row n:
-// bytes 2 + 4w .. 5 + 4w of the block), so a warp's loads cover a few whole rows' stretches
-// instead of one word in each of 32 rows: the first version (a thread per block, 32-bit loads)
-// spent most of the L1's bandwidth on those scattered words. Blocks start 2-byte aligned (18 and
-// 34 bytes), so each word is two 16-bit loads. Thread tid takes words tid + kThreads r, and the
-// scales (row, block) tid + kThreads r; kThreads = 2 BN, so the counts per thread do not depend on BN.
-template <int TYPE>
+// shared-memory stores. Blocks are 18 (Q4_0) or 34 (Q8_0) bytes, so they start 2-byte aligned;
+// where a row holds an even number of blocks (rows 4-byte aligned: PAIRED), a thread loads two
+// consecutive blocks as 32-bit words (9 or 17, half the load instructions of 16-bit loads) and
+// realigns them with byte permutes; otherwise one block as 16-bit halves.
+//   PAIRED: thread tid takes pairs (row, pair) tid + kThreads r (r < KB / 4) of BN rows x KB / 2
+//           pairs; else units (row, block) tid + kThreads r (r < KB / 2) of BN rows x KB blocks
+//   (kThreads = 2 BN: the counts per thread do not depend on BN).
+template <int TYPE, bool PAIRED>
 struct Staged {
   static constexpr int kBlockBytes = TYPE == MB_Q4_0 ? 18 : 34;
-  static constexpr int kWordsPerBlock = TYPE == MB_Q4_0 ? 4 : 8;
-  static constexpr int kWords = kWordsPerBlock * KB / 2;  // per thread: BN KB words over 2 BN threads
-  static constexpr int kScales = KB / 2;
-  unsigned q[kWords];
-  unsigned short d[kScales];
+  static constexpr int kLoads = PAIRED ? KB / 4 : KB / 2;              // pairs or single blocks
+  static constexpr int kWords = PAIRED ? kBlockBytes / 2 : kBlockBytes / 2;  // 32-bit words, or 16-bit halves
+  unsigned v[kLoads][kWords];
 };
 
-template <class C, int TYPE>
+template <class C, int TYPE, bool PAIRED>
 __device__ __forceinline__ void load_w_stage(const Args& p, const TileRows& tr, int n0, int kb0, int nb,
-                                             Staged<TYPE>& s) {
-  using S = Staged<TYPE>;
-  constexpr int kThreads = C::kThreads, W = S::kWordsPerBlock;
-  // Word tid + kThreads r: the block and word stay the thread's own (kThreads is a multiple of the
-  // W KB words of a row); the row advances by kThreads / (W KB) per r.
-  constexpr int kRowStep = kThreads / (W * KB);
-  const int tid = threadIdx.x, n = n0 + tid / (W * KB), b = kb0 + (tid / W) % KB, w = tid % W;
-  const size_t step = static_cast<size_t>(kRowStep) * p.w.row_bytes;
-  const mb_u8* q = tr.w + static_cast<size_t>(n) * p.w.row_bytes + S::kBlockBytes * b + 2 + 4 * w;
+                                             Staged<TYPE, PAIRED>& s) {
+  using S = Staged<TYPE, PAIRED>;
+  constexpr int kThreads = C::kThreads;
+  constexpr int per_row = PAIRED ? KB / 2 : KB;
+  const int tid = threadIdx.x;
 #pragma unroll
-  for (int r = 0; r < S::kWords; ++r) {
-    if (n + kRowStep * r < p.N && b < nb) {
-      const unsigned short* h = reinterpret_cast<const unsigned short*>(q + step * r);
-      s.q[r] = static_cast<unsigned>(__ldg(h)) | (static_cast<unsigned>(__ldg(h + 1)) << 16);
+  for (int r = 0; r < S::kLoads; ++r) {
+    const int idx = tid + kThreads * r, n = n0 + idx / per_row;
+    const int b = kb0 + (idx % per_row) * (PAIRED ? 2 : 1);  // nb is even when PAIRED
+    const bool ok = n < p.N && b < nb;
+    const mb_u8* blk = tr.w + static_cast<size_t>(ok ? n : 0) * p.w.row_bytes + S::kBlockBytes * (ok ? b : 0);
+    if constexpr (PAIRED) {
+      const unsigned* q = reinterpret_cast<const unsigned*>(blk);
+#pragma unroll
+      for (int i = 0; i < S::kWords; ++i) s.v[r][i] = ok ? __ldg(q + i) : 0u;
     } else {
-      s.q[r] = TYPE == MB_Q4_0 ? 0x88888888u : 0u;  // codes of 0 (and a zero scale below)
+      const unsigned short* q = reinterpret_cast<const unsigned short*>(blk);
+#pragma unroll
+      for (int i = 0; i < S::kWords; ++i) s.v[r][i] = ok ? __ldg(q + i) : 0u;
     }
   }
-  constexpr int kScaleStep = kThreads / KB;
-  const int sn = n0 + tid / KB, sb = kb0 + tid % KB;
-  const mb_u8* d = tr.w + static_cast<size_t>(sn) * p.w.row_bytes + S::kBlockBytes * sb;
-  const size_t dstep = static_cast<size_t>(kScaleStep) * p.w.row_bytes;
-#pragma unroll
-  for (int r = 0; r < S::kScales; ++r)
-    s.d[r] = sn + kScaleStep * r < p.N && sb < nb ? __ldg(reinterpret_cast<const unsigned short*>(d + dstep * r))
-                                                  : static_cast<unsigned short>(0);
 }
 
-template <class C, int TYPE>
-__device__ __forceinline__ void store_w_stage(const Staged<TYPE>& s, typename C::Stage& st) {
-  using S = Staged<TYPE>;
-  constexpr int kThreads = C::kThreads, W = S::kWordsPerBlock;
-  const int tid = threadIdx.x;
-  const int n = tid / (W * KB), b = (tid / W) % KB, w = tid % W;
+// One block's scale and codes into the stage: bytes[] are the block's 2 + 16 (Q4_0) or 2 + 32
+// (Q8_0) bytes as 32-bit words starting at its first byte (word i = bytes 4i .. 4i + 3) when
+// off == 0, or at 2 bytes before it when off == 2. A zero block (d = 0, codes 0) past N or K
+// adds nothing: Q4_0 codes of 0 give -8, times a zero scale.
+template <int TYPE, class Stage>
+__device__ __forceinline__ void store_block(const unsigned* words, int off, Stage& st, int n, int b) {
+  constexpr int kQs = TYPE == MB_Q4_0 ? 4 : 8;  // code words
+  // byte k of the block is byte k + off of the words
+  auto word_at = [&](int k) {  // the 32-bit word of block bytes k .. k + 3 (k even)
+    const int i = (k + off) >> 2;
+    return ((k + off) & 3) ? __byte_perm(words[i], words[i + 1], 0x5432) : words[i];
+  };
+  const unsigned short d = static_cast<unsigned short>(off ? words[0] >> 16 : words[0] & 0xFFFFu);
+  st.dw[b][n] = __half2float(__ushort_as_half(d));
+  unsigned q[kQs];
 #pragma unroll
-  for (int r = 0; r < S::kWords; ++r) {
-    signed char* dst = &st.w[n + r * (kThreads / (W * KB))][b * 32 + 4 * w];
-    if constexpr (TYPE == MB_Q4_0) {
-      // Byte j of word w holds weight 4w + j in its low nibble and weight 16 + 4w + j in its high one.
-      *reinterpret_cast<unsigned*>(dst) = __vsub4(s.q[r] & 0x0F0F0F0Fu, 0x08080808u);
-      *reinterpret_cast<unsigned*>(dst + 16) = __vsub4((s.q[r] >> 4) & 0x0F0F0F0Fu, 0x08080808u);
-    } else {
-      *reinterpret_cast<unsigned*>(dst) = s.q[r];
+  for (int i = 0; i < kQs; ++i) q[i] = word_at(2 + 4 * i);
+  int4* dst = reinterpret_cast<int4*>(&st.w[n][b * 32]);
+  if constexpr (TYPE == MB_Q4_0) {
+    // Byte j of code word i holds weight 4i + j in its low nibble and weight 16 + 4i + j in its high one.
+    unsigned lo[4], hi[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      lo[i] = __vsub4(q[i] & 0x0F0F0F0Fu, 0x08080808u);
+      hi[i] = __vsub4((q[i] >> 4) & 0x0F0F0F0Fu, 0x08080808u);
     }
+    dst[0] = make_int4(lo[0], lo[1], lo[2], lo[3]);
+    dst[1] = make_int4(hi[0], hi[1], hi[2], hi[3]);
+  } else {
+    dst[0] = make_int4(q[0], q[1], q[2], q[3]);
+    dst[1] = make_int4(q[4], q[5], q[6], q[7]);
   }
+}
+
+template <class C, int TYPE, bool PAIRED>
+__device__ __forceinline__ void store_w_stage(const Staged<TYPE, PAIRED>& s, typename C::Stage& st) {
+  using S = Staged<TYPE, PAIRED>;
+  constexpr int kThreads = C::kThreads;
+  constexpr int per_row = PAIRED ? KB / 2 : KB;
+  const int tid = threadIdx.x;
 #pragma unroll
-  for (int r = 0; r < S::kScales; ++r) {
-    const int u = tid + kThreads * r;
-    st.dw[u % KB][u / KB] = __half2float(__ushort_as_half(s.d[r]));
+  for (int r = 0; r < S::kLoads; ++r) {
+    const int idx = tid + kThreads * r, n = idx / per_row;
+    if constexpr (PAIRED) {
+      // words 0 .. 8 (Q4_0) hold block 0 at byte 0 and block 1 at byte 18 = word 4 + 2 bytes;
+      // words 0 .. 16 (Q8_0): block 1 at byte 34 = word 8 + 2 bytes.
+      const int b = (idx % per_row) * 2;
+      store_block<TYPE>(s.v[r], 0, st, n, b);
+      store_block<TYPE>(s.v[r] + S::kBlockBytes / 4, 2, st, n, b + 1);
+    } else {
+      // 16-bit halves: pack them into words first
+      unsigned w[S::kWords / 2 + 1];
+#pragma unroll
+      for (int i = 0; i < S::kWords / 2; ++i) w[i] = s.v[r][2 * i] | (s.v[r][2 * i + 1] << 16);
+      w[S::kWords / 2] = S::kWords % 2 ? s.v[r][S::kWords - 1] : 0u;
+      store_block<TYPE>(w, 0, st, n, idx % per_row);
+    }
   }
 }
 
 // 128 registers a thread: two blocks of 8 warps (or four of 4) per multiprocessor.
-template <int TYPE, int BN>
+template <int TYPE, bool PAIRED, int BN>
 __global__ void __launch_bounds__(2 * BN, 256 / BN) matmul_q8_kernel(Args p) {
   using C = Tiles<BN>;
   using Stage = typename C::Stage;
@@ -213,7 +242,7 @@ __global__ void __launch_bounds__(2 * BN, 256 / BN) matmul_q8_kernel(Args p) {
 #pragma unroll
       for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
 
-  Staged<TYPE> s;
+  Staged<TYPE, PAIRED> s;
   copy_a_stage<C>(p, arow, 0, nb, stages[0]);
   load_w_stage<C>(p, tr, n0, 0, nb, s);
   store_w_stage<C>(s, stages[0]);
@@ -294,16 +323,23 @@ __global__ void __launch_bounds__(2 * BN, 256 / BN) matmul_q8_kernel(Args p) {
 template <int BN>
 void raise_smem_limit() {
   constexpr int bytes = Tiles<BN>::kSmemBytes;
-  cudaFuncSetAttribute(matmul_q8_kernel<MB_Q4_0, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  cudaFuncSetAttribute(matmul_q8_kernel<MB_Q8_0, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  cudaFuncSetAttribute(matmul_q8_kernel<MB_Q4_0, true, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  cudaFuncSetAttribute(matmul_q8_kernel<MB_Q4_0, false, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  cudaFuncSetAttribute(matmul_q8_kernel<MB_Q8_0, true, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  cudaFuncSetAttribute(matmul_q8_kernel<MB_Q8_0, false, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
 template <int BN>
-void launch(cudaStream_t s, const Args& p, int tiles_m) {
+void launch(cudaStream_t s, const Args& p, int tiles_m, bool paired) {
   const dim3 grid(MB_BLOCKS(p.N, BN), tiles_m);
   constexpr int threads = Tiles<BN>::kThreads, smem = Tiles<BN>::kSmemBytes;
-  if (p.w.type == MB_Q4_0) matmul_q8_kernel<MB_Q4_0, BN><<<grid, threads, smem, s>>>(p);
-  else matmul_q8_kernel<MB_Q8_0, BN><<<grid, threads, smem, s>>>(p);
+  if (p.w.type == MB_Q4_0) {
+    if (paired) matmul_q8_kernel<MB_Q4_0, true, BN><<<grid, threads, smem, s>>>(p);
+    else matmul_q8_kernel<MB_Q4_0, false, BN><<<grid, threads, smem, s>>>(p);
+  } else {
+    if (paired) matmul_q8_kernel<MB_Q8_0, true, BN><<<grid, threads, smem, s>>>(p);
+    else matmul_q8_kernel<MB_Q8_0, false, BN><<<grid, threads, smem, s>>>(p);
+  }
 }
 
 int g_sm_count = 132;
@@ -322,10 +358,13 @@ int matmul_q8(cudaStream_t s, const WeightRef& w, int N, Q8Vec a, int a_stride, 
   if (w.type != MB_Q4_0 && w.type != MB_Q8_0) return 0;  // the backend checks has_q8_dot() first
   const Args p{w, N, a, a_stride, M, out, out_stride, grouped ? *grouped : Grouped{}};
   const int tiles_m = grouped ? grouped->max_tiles : static_cast<int>(MB_BLOCKS(M, BM));
+  // 32-bit weight loads need 4-byte aligned rows (an even number of blocks) and matrices
+  const bool paired = (w.K / 32) % 2 == 0 && (reinterpret_cast<uintptr_t>(w.data) & 3) == 0 &&
+                      w.row_bytes % 4 == 0 && w.expert_bytes % 4 == 0;
   // 128-row tiles where they make at least four blocks per multiprocessor (two rounds of two)
   const bool wide = MMQ_FORCE_BN ? MMQ_FORCE_BN == 128 : MB_BLOCKS(N, 128) * tiles_m >= 4 * g_sm_count;
-  if (wide) launch<128>(s, p, tiles_m);
-  else launch<64>(s, p, tiles_m);
+  if (wide) launch<128>(s, p, tiles_m, paired);
+  else launch<64>(s, p, tiles_m, paired);
   return 1;
 }
 

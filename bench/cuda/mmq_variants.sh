@@ -20,7 +20,7 @@ for v in "${VS[@]}"; do
 done
 if [ "${NCU:-1}" = 1 ]; then
   N=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1)
-  for skip in 447 481; do  # 34 launches per case: e4b mlp down, then the experts gate+up
+  for skip in ${NCU_SKIPS:-447 481}; do  # 34 launches per case: e4b mlp down, then the experts gate+up
     timeout 120 $N --clock-control none --section SpeedOfLight --section Occupancy --section WarpStateStats \
       --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis -k regex:matmul_q8 --launch-skip $skip -c 1 \
       /tmp/mmq_default ncu 2>&1 | grep -vE "^==PROF==|^  *-+$" | tail -90 >> "$OUT/ncu_mmq.txt"

@@ -650,9 +650,11 @@ class CudaBackend : public Backend {
             const int K = static_cast<int>(op.w->cols());
             kernels += cuda::matvec_q8(stream_, jobs, need_q8(op.a, K), K);
           } else if (rows > kDecodeRows && op.n <= kNarrowRows) {
-            // the MoE router in prefill (128 rows): the tiled matmul would run one column of
-            // blocks (259 us a layer for 256 tokens on the H200)
-            kernels += cuda::narrow_matmul(stream_, wref(op.w), op.n, a, as, rows, out, os);
+            // the MoE router in prefill (128 float32 rows): the tiled matmul would run one column
+            // of 8 blocks (259 us a layer for 256 tokens on the H200); the matrix-vector kernel
+            // reads each weight once per 4 tokens over the whole GPU (125 us a layer for 512
+            // tokens; a tiled 8-token x 128-row kernel took 235 us on 64 blocks, see RESULTS.md)
+            kernels += cuda::matvec(stream_, wref(op.w), op.n, a, as, rows, out, os);
           } else if (int8_matmul(g, op)) {
             const int K = static_cast<int>(op.w->cols());
             kernels += cuda::matmul_q8(stream_, wref(op.w), op.n, need_prefill_q8(op.a, K), K, rows, out, os);

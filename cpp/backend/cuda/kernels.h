@@ -37,9 +37,6 @@ struct Q8Vec {
 // --- matvec.cu: out[t, n] = dot(a[t], W[n]) for few tokens (decode), weights read once.
 int matvec(cudaStream_t s, const WeightRef& w, int N, const float* a, int a_stride, int T, float* out,
            int out_stride);
-// The same for many tokens and few rows (the MoE router in prefill), float32 arithmetic.
-int narrow_matmul(cudaStream_t s, const WeightRef& w, int N, const float* a, int a_stride, int T, float* out,
-                  int out_stride);
 
 // --- matvec_q8.cu: the same for one token on a quantized vector, for weights of the types
 // has_q8_dot() accepts (Q4_0, Q8_0). One launch computes up to kMaxMatvecJobs products that read

@@ -114,64 +114,7 @@ int launch_type(cudaStream_t s, const WeightRef& w, int N, const float* a, int a
   return 1;
 }
 
-// Narrow products over many tokens (the MoE router in prefill: 128 rows of 2816 float32 weights,
-// 512 tokens): a block takes kNarrowTokens tokens and 128 rows, and walks K in chunks of 64 staged
-// in shared memory (weights decoded to float once per chunk, coalesced), each thread computing one
-// row for kNarrowTokens / 2 tokens. The tiled matmul would run one column of 8 blocks here; the
-// matrix-vector kernel re-reads every activation row once per 8 weight rows (125 us a layer).
-constexpr int kNarrowTokens = 8, kNarrowRows = 128, kNarrowK = 64, kNarrowThreads = 256;
-template <int TYPE>
-__global__ void __launch_bounds__(kNarrowThreads) narrow_matmul_kernel(WeightRef w, int N, const float* __restrict__ a,
-                                                                        int as, int T, float* __restrict__ out,
-                                                                        int os) {
-  __shared__ float Ws[kNarrowRows][kNarrowK + 1];  // +1: a thread reads its row, lanes on distinct banks
-  __shared__ __align__(16) float As[kNarrowTokens][kNarrowK];
-  const int tid = threadIdx.x, n0 = blockIdx.x * kNarrowRows, t0 = blockIdx.y * kNarrowTokens, K = w.K;
-  const int row = tid % kNarrowRows, half = tid / kNarrowRows;  // tokens half * 4 .. half * 4 + 3
-  constexpr int kPerThread = kNarrowTokens / 2;
-  const bool vec = (as & 3) == 0;
-  float acc[kPerThread] = {};
-  for (int k0 = 0; k0 < K; k0 += kNarrowK) {
-    __syncthreads();
-    for (int u = tid; u < kNarrowRows * kNarrowK / 4; u += kNarrowThreads) {  // 16 groups of 4 per row
-      const int r = u / (kNarrowK / 4), c = (u % (kNarrowK / 4)) * 4, n = n0 + r;
-      const float4 v = n < N && k0 + c < K ? w4<TYPE>(w.data + static_cast<size_t>(n) * w.row_bytes, k0 + c, K)
-                                           : make_float4(0, 0, 0, 0);
-      Ws[r][c] = v.x; Ws[r][c + 1] = v.y; Ws[r][c + 2] = v.z; Ws[r][c + 3] = v.w;
-    }
-    for (int u = tid; u < kNarrowTokens * kNarrowK / 4; u += kNarrowThreads) {
-      const int t = u / (kNarrowK / 4), c = (u % (kNarrowK / 4)) * 4;
-      const float4 v = t0 + t < T ? x4(a + static_cast<size_t>(t0 + t) * as, k0 + c, K, vec) : make_float4(0, 0, 0, 0);
-      *reinterpret_cast<float4*>(&As[t][c]) = v;
-    }
-    __syncthreads();
-#pragma unroll 8
-    for (int k = 0; k < kNarrowK; ++k) {
-      const float wv = Ws[row][k];
-#pragma unroll
-      for (int i = 0; i < kPerThread; ++i) acc[i] = fmaf(wv, As[half * kPerThread + i][k], acc[i]);
-    }
-  }
-  if (n0 + row < N)
-#pragma unroll
-    for (int i = 0; i < kPerThread; ++i) {
-      const int t = t0 + half * kPerThread + i;
-      if (t < T) out[static_cast<size_t>(t) * os + n0 + row] = acc[i];
-    }
-}
-
 }  // namespace
-
-int narrow_matmul(cudaStream_t s, const WeightRef& w, int N, const float* a, int a_stride, int T, float* out,
-                  int out_stride) {
-  const dim3 grid(MB_BLOCKS(N, kNarrowRows), MB_BLOCKS(T, kNarrowTokens));
-#define MB_NARROW(TY)                                                                                 \
-  narrow_matmul_kernel<TY><<<grid, kNarrowThreads, 0, s>>>(w, N, a, a_stride, T, out, out_stride); \
-  return 1;
-  MB_TYPE_DISPATCH(w.type, MB_NARROW)
-#undef MB_NARROW
-  return 0;
-}
 
 int matvec(cudaStream_t s, const WeightRef& w, int N, const float* a, int a_stride, int T, float* out,
            int out_stride) {

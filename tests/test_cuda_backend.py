@@ -195,33 +195,36 @@ def test_gemma4_26b_a4b_shape(need_cuda, tmp_path, qtype):
 Q8_MAX_REL = 3e-2
 
 
+def _check_default_mode(tmp_path, preset, qtype, n_tok, chunk):
+    """Default mode (8-bit activations) on a 2-layer synthetic GGUF against the CPU's precise
+    mode, in chunks of `chunk` tokens; returns the ids, the GPU model and its logits."""
+    path, summary, rng = _synthetic(tmp_path, f"{preset}-{qtype}", preset=preset, layers=2, vocab=4096, qtype=qtype)
+    try:
+        ids = _ids(summary, n_tok, rng)
+        cpu, gpu = _pair(str(path), "f16", chunk, precise=False, threads=None)
+        want, got = np.asarray(cpu.logits(ids)), np.asarray(gpu.logits(ids))
+    finally:
+        path.unlink(missing_ok=True)
+    assert np.isfinite(got).all()
+    err = rel_err(got, want)
+    rows = [rel_err(got[i], want[i]) for i in range(len(ids))]
+    if preset == "26b-a4b":  # near-tied expert choices may flip (see Q8_MAX_REL)
+        assert float(np.median(rows)) < Q8_MAX_REL, f"{preset} {qtype}: row errors {rows}"
+        assert err < 2 * Q8_MAX_REL, f"{preset} {qtype}: relative error {err:.2e}"
+    else:
+        assert err < Q8_MAX_REL, f"{preset} {qtype}: relative error {err:.2e}, rows {rows}"
+    return ids, gpu, got
+
+
 @pytest.mark.parametrize("preset,qtype", [("e2b", "q4_0"), ("e2b", "q8_0"), ("26b-a4b", "q4_0")])
 def test_q8_decode_default_mode(need_cuda, tmp_path, preset, qtype):
     """Decode steps in default mode (one token at a time: the 8-bit products, the quantizing
     norms, GeGLU, attention and residual adds, the batched q/k/v and gate/up products, the expert
     kernels) against the CPU's precise mode; greedy decoding must pick the arg-max of its own logits."""
-    path, summary, rng = _synthetic(tmp_path, f"{preset}-{qtype}", preset=preset, layers=2, vocab=4096, qtype=qtype)
-    try:
-        ids = _ids(summary, 10, rng)
-        cpu, gpu = _pair(str(path), "f16", 1, precise=False, threads=None)
-        want, got = np.asarray(cpu.logits(ids)), np.asarray(gpu.logits(ids))
-        assert np.isfinite(got).all()
-        err = rel_err(got, want)
-        row_errs = [rel_err(got[i], want[i]) for i in range(len(ids))]
-        if preset == "26b-a4b":
-            assert float(np.median(row_errs)) < Q8_MAX_REL, f"{preset} {qtype}: row errors {row_errs}"
-            assert err < 2 * Q8_MAX_REL, f"{preset} {qtype}: relative error {err:.2e}"
-        else:
-            assert err < Q8_MAX_REL, f"{preset} {qtype}: relative error {err:.2e}, rows {row_errs}"
-        toks = _greedy(gpu, ids, 3)
-        assert toks[0] == int(np.argmax(got[-1])), (toks, int(np.argmax(got[-1])))
-        assert gpu.stats()["host_waits_per_token"] == 1
-    finally:
-        path.unlink(missing_ok=True)
-
-
-def _rel_errs(got, want):
-    return rel_err(got, want), [rel_err(got[i], want[i]) for i in range(len(got))]
+    ids, gpu, got = _check_default_mode(tmp_path, preset, qtype, 10, 1)
+    toks = _greedy(gpu, ids, 3)
+    assert toks[0] == int(np.argmax(got[-1])), (toks, int(np.argmax(got[-1])))
+    assert gpu.stats()["host_waits_per_token"] == 1
 
 
 @pytest.mark.parametrize("preset,qtype", [("e2b", "q4_0"), ("e2b", "q8_0"), ("26b-a4b", "q4_0")])
@@ -229,20 +232,7 @@ def test_int8_prefill_default_mode(need_cuda, tmp_path, preset, qtype):
     """Prefill in default mode: the Q4_0 / Q8_0 products on quantized rows and the int8 tensor
     cores (matmul_q8.cu; grouped for the experts), chunks of 48 rows (tiles of 64 rows partly
     filled), against the CPU's precise mode, with the same bounds as the 8-bit decode path."""
-    path, summary, rng = _synthetic(tmp_path, f"{preset}-{qtype}", preset=preset, layers=2, vocab=4096, qtype=qtype)
-    try:
-        ids = _ids(summary, 80, rng)
-        cpu, gpu = _pair(str(path), "f16", 48, precise=False, threads=None)
-        want, got = np.asarray(cpu.logits(ids)), np.asarray(gpu.logits(ids))
-        assert np.isfinite(got).all()
-        err, rows = _rel_errs(got, want)
-        if preset == "26b-a4b":  # near-tied expert choices may flip (see Q8_MAX_REL)
-            assert float(np.median(rows)) < Q8_MAX_REL, f"{preset} {qtype}: row errors {rows}"
-            assert err < 2 * Q8_MAX_REL, f"{preset} {qtype}: relative error {err:.2e}"
-        else:
-            assert err < Q8_MAX_REL, f"{preset} {qtype}: relative error {err:.2e}, rows {rows}"
-    finally:
-        path.unlink(missing_ok=True)
+    _check_default_mode(tmp_path, preset, qtype, 80, 48)
 
 
 def test_int8_prefill_odd_widths(need_cuda, tmp_path):
@@ -260,8 +250,8 @@ def test_int8_prefill_odd_widths(need_cuda, tmp_path):
     ids = [2] + [int(x) for x in rng.integers(10, 1000, 99)]
     cpu, gpu = _pair(path, "f16", 40, precise=False, quant="q8_0")
     want, got = np.asarray(cpu.logits(ids)), np.asarray(gpu.logits(ids))
-    err, rows = _rel_errs(got, want)
-    assert err < Q8_MAX_REL, f"relative error {err:.2e}, rows {rows}"
+    err = rel_err(got, want)
+    assert err < Q8_MAX_REL, f"relative error {err:.2e}"
     code = (f"import markbase, numpy as np\nm = markbase.Model.load({path!r}, backend='cuda', quant='q8_0', "
             f"prefill_chunk=40)\nnp.save({str(tmp_path / 'f16.npy')!r}, np.asarray(m.logits({ids!r})))\n")
     _run_with_env(code, {"MARKBASE_CUDA_INT8_PREFILL": "0"})

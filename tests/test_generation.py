@@ -167,3 +167,18 @@ def test_backend_errors():
         markbase.Model.load(None, backend="cuda")
     with pytest.raises(ValueError):
         markbase.Model.load(None, backend="tpu")
+
+
+@pytest.mark.parametrize("kw", [dict(prefill_chunk=0), dict(prefill_chunk=-4), dict(prefill_chunk=2.5),
+                                dict(prefill_chunk=True), dict(max_context=0), dict(threads=0)])
+def test_invalid_load_arguments_raise_value_error(model, kw):
+    with pytest.raises(ValueError):
+        markbase.Model.load(model.path, backend="cpu", **kw)
+
+
+def test_prefill_chunk_left_to_the_backend(model):
+    """prefill_chunk=None (the default) is accepted and lets the backend choose (256 on the CPU,
+    512 on CUDA: tests/test_cuda_backend.py); the logits do not depend on the chunk."""
+    ids = model.tokenize("The capital of France is")
+    auto = markbase.Model.load(model.path, backend="cpu", prefill_chunk=None)
+    assert np.allclose(auto.logits(ids), model.logits(ids), atol=0, rtol=0)

@@ -125,7 +125,8 @@ template <int TYPE, bool PAIRED>
 struct Staged {
   static constexpr int kBlockBytes = TYPE == MB_Q4_0 ? 18 : 34;
   static constexpr int kLoads = PAIRED ? KB / 4 : KB / 2;              // pairs or single blocks
-  static constexpr int kWords = PAIRED ? kBlockBytes / 2 : kBlockBytes / 2;  // 32-bit words, or 16-bit halves
+  static constexpr int kPerRow = PAIRED ? KB / 2 : KB;                 // loads per weight row
+  static constexpr int kWords = kBlockBytes / 2;  // a pair's 32-bit words, or one block's 16-bit halves
   unsigned v[kLoads][kWords];
 };
 
@@ -134,12 +135,11 @@ __device__ __forceinline__ void load_w_stage(const Args& p, const TileRows& tr, 
                                              Staged<TYPE, PAIRED>& s) {
   using S = Staged<TYPE, PAIRED>;
   constexpr int kThreads = C::kThreads;
-  constexpr int per_row = PAIRED ? KB / 2 : KB;
   const int tid = threadIdx.x;
 #pragma unroll
   for (int r = 0; r < S::kLoads; ++r) {
-    const int idx = tid + kThreads * r, n = n0 + idx / per_row;
-    const int b = kb0 + (idx % per_row) * (PAIRED ? 2 : 1);  // nb is even when PAIRED
+    const int idx = tid + kThreads * r, n = n0 + idx / S::kPerRow;
+    const int b = kb0 + (idx % S::kPerRow) * (PAIRED ? 2 : 1);  // nb is even when PAIRED
     const bool ok = n < p.N && b < nb;
     const mb_u8* blk = tr.w + static_cast<size_t>(ok ? n : 0) * p.w.row_bytes + S::kBlockBytes * (ok ? b : 0);
     if constexpr (PAIRED) {
@@ -192,15 +192,14 @@ template <class C, int TYPE, bool PAIRED>
 __device__ __forceinline__ void store_w_stage(const Staged<TYPE, PAIRED>& s, typename C::Stage& st) {
   using S = Staged<TYPE, PAIRED>;
   constexpr int kThreads = C::kThreads;
-  constexpr int per_row = PAIRED ? KB / 2 : KB;
   const int tid = threadIdx.x;
 #pragma unroll
   for (int r = 0; r < S::kLoads; ++r) {
-    const int idx = tid + kThreads * r, n = idx / per_row;
+    const int idx = tid + kThreads * r, n = idx / S::kPerRow;
     if constexpr (PAIRED) {
       // words 0 .. 8 (Q4_0) hold block 0 at byte 0 and block 1 at byte 18 = word 4 + 2 bytes;
       // words 0 .. 16 (Q8_0): block 1 at byte 34 = word 8 + 2 bytes.
-      const int b = (idx % per_row) * 2;
+      const int b = (idx % S::kPerRow) * 2;
       store_block<TYPE>(s.v[r], 0, st, n, b);
       store_block<TYPE>(s.v[r] + S::kBlockBytes / 4, 2, st, n, b + 1);
     } else {
@@ -209,7 +208,7 @@ __device__ __forceinline__ void store_w_stage(const Staged<TYPE, PAIRED>& s, typ
 #pragma unroll
       for (int i = 0; i < S::kWords / 2; ++i) w[i] = s.v[r][2 * i] | (s.v[r][2 * i + 1] << 16);
       w[S::kWords / 2] = S::kWords % 2 ? s.v[r][S::kWords - 1] : 0u;
-      store_block<TYPE>(w, 0, st, n, idx % per_row);
+      store_block<TYPE>(w, 0, st, n, idx % S::kPerRow);
     }
   }
 }

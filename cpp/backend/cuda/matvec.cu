@@ -52,13 +52,8 @@ constexpr int kRowBlockThreads = 128;
 template <int TYPE>
 __global__ void __launch_bounds__(kRowBlockThreads) matvec_row_block_kernel(WeightRef w, const float* __restrict__ x,
                                                                             float* __restrict__ out) {
-  const int n = blockIdx.x, K = w.K;
-  const mb_u8* row = w.data + static_cast<size_t>(n) * w.row_bytes;
-  const bool vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
-  float acc = 0.0f;
-#pragma unroll 4
-  for (int i = threadIdx.x * 4; i < K; i += kRowBlockThreads * 4) acc += dot4(w4<TYPE>(row, i, K), x4(x, i, K, vec));
-  acc = block_sum(acc);
+  const int n = blockIdx.x;
+  const float acc = block_row_dot<TYPE, kRowBlockThreads>(w.data + static_cast<size_t>(n) * w.row_bytes, w.K, x);
   if (threadIdx.x == 0) out[n] = acc;
 }
 

@@ -31,6 +31,17 @@ __device__ __forceinline__ float lane_dot(const mb_u8* row, int K, const float* 
   return acc;
 }
 
+// dot(W row, x) by a whole block of THREADS threads, each striding over the row 4 weights at a
+// time (few rows, long K: the MoE router); every thread gets the sum.
+template <int TYPE, int THREADS>
+__device__ __forceinline__ float block_row_dot(const mb_u8* row, int K, const float* x) {
+  const bool vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+  float acc = 0.0f;
+#pragma unroll 4
+  for (int i = threadIdx.x * 4; i < K; i += THREADS * 4) acc += dot4(w4<TYPE>(row, i, K), x4(x, i, K, vec));
+  return block_sum(acc);
+}
+
 // Expands CALL(TYPE) for the run-time type id; CALL must return.
 #define MB_TYPE_DISPATCH(type, CALL)            \
   switch (type) {                               \

@@ -57,13 +57,7 @@ __global__ void __launch_bounds__(kThreads) matvec_q8_kernel(MatvecJobs jobs, Q8
     for (int r = 0; r < R; ++r) acc[r] += unit_dot<TYPE>(wa[r], xa) + (two ? unit_dot<TYPE>(wb[r], xb) : 0.0f);
   }
   __shared__ float part[kThreads / 32][R];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const float s = warp_sum(acc[r]);
-    if (lane == 0) part[warp][r] = s;
-  }
-  __syncthreads();
+  warp_partials(acc, part);
   if (threadIdx.x < R && n0 + static_cast<int>(threadIdx.x) < n) {
     float s = 0.0f;
 #pragma unroll

@@ -82,13 +82,8 @@ __global__ void __launch_bounds__(kRouterThreads) router_kernel(WeightRef w, con
                                                                 float* out, unsigned* counter) {
   __shared__ float p[kMaxExperts];
   __shared__ bool last;
-  const int e = blockIdx.x, K = w.K;
-  const mb_u8* row = w.data + static_cast<size_t>(e) * w.row_bytes;
-  const bool vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
-  float acc = 0.0f;
-#pragma unroll 4
-  for (int i = threadIdx.x * 4; i < K; i += kRouterThreads * 4) acc += dot4(w4<TYPE>(row, i, K), x4(x, i, K, vec));
-  acc = block_sum(acc);
+  const int e = blockIdx.x;
+  const float acc = block_row_dot<TYPE, kRouterThreads>(w.data + static_cast<size_t>(e) * w.row_bytes, w.K, x);
   if (threadIdx.x == 0) {
     logits[e] = acc;
     __threadfence();  // the logit is visible device-wide before this block is counted
@@ -207,13 +202,7 @@ __global__ void __launch_bounds__(kQ8Threads) gate_up_q8_kernel(WeightRef w, int
     for (int r = 0; r < R; ++r) acc[r] += unit_dot<TYPE>(wu[r], xu);
   }
   __shared__ float part[kQ8Threads / 32][R];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const float v = warp_sum(acc[r]);
-    if (lane == 0) part[warp][r] = v;
-  }
-  __syncthreads();
+  warp_partials(acc, part);
   if (threadIdx.x < kPairs && r0 + static_cast<int>(threadIdx.x) < Ie) {
     float g = 0.0f, u = 0.0f;
 #pragma unroll
@@ -253,13 +242,7 @@ __global__ void __launch_bounds__(kQ8Threads) down_q8_kernel(WeightRef w, int E,
     for (int r = 0; r < kDownRows; ++r) acc[r] += wgt * unit_dot<TYPE>(wu[r], xu);
   }
   __shared__ float part[kQ8Threads / 32][kDownRows];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int r = 0; r < kDownRows; ++r) {
-    const float v = warp_sum(acc[r]);
-    if (lane == 0) part[warp][r] = v;
-  }
-  __syncthreads();
+  warp_partials(acc, part);
   if (threadIdx.x < kDownRows && h0 + static_cast<int>(threadIdx.x) < H) {
     float v = 0.0f;
 #pragma unroll

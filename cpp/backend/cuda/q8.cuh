@@ -98,4 +98,18 @@ __device__ __forceinline__ float unit_dot(const WUnit& w, const XUnit& x) {
   return __half2float(__ushort_as_half(w.d)) * x.d * static_cast<float>(s);
 }
 
+// The block-wide reduction of R per-thread sums (the 8-bit products keep R rows per block), first
+// step: each warp's sum of acc[r] into part[warp][r], then a barrier. Thread r then adds part[.][r]
+// over the warps in order; each kernel does that last step in its own shape.
+template <int R, int WARPS>
+__device__ __forceinline__ void warp_partials(const float (&acc)[R], float (&part)[WARPS][R]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float v = warp_sum(acc[r]);
+    if (lane == 0) part[warp][r] = v;
+  }
+  __syncthreads();
+}
+
 }  // namespace markbase::cuda

@@ -110,8 +110,8 @@ struct GraphState {
   HostPtr route_host;          // host-routing debug mode
   std::vector<DevPtr> q8;      // per slot: its quantized row (decode graphs in default mode)
   DevPtr moe_act_q8;           // the experts' GeGLU outputs, quantized
-  DevPtr prefill_q8;           // prefill in default mode: one slot's rows, quantized (int8 products)
-  size_t prefill_q8_codes = 0; // bytes of codes it holds (its scales follow them)
+  DevPtr prefill_q8;           // prefill in default mode: one slot's rows, quantized (int8 products),
+  cuda::Q8Vec prefill_q8v;     // row r's codes at r * K, its scales at r * K / 32
   DevPtr router_counter;       // cuda::moe_router's count of finished blocks
   cudaGraphExec_t exec = nullptr;
   const CudaCaches* captured_for = nullptr;
@@ -400,8 +400,8 @@ class CudaBackend : public Backend {
       if (y) st->moe.y = static_cast<float*>(buf(y * sizeof(float)));
     }
     if (pf_q8) {
-      st->prefill_q8 = dev_alloc(pf_q8 + pf_q8 / 32 * sizeof(float));
-      st->prefill_q8_codes = pf_q8;
+      st->prefill_q8 = dev_alloc(q8_bytes(pf_q8));
+      st->prefill_q8v = q8_of(st->prefill_q8, pf_q8);
       if (act) st->moe.act_q8 = q8_of(st->moe_bufs.emplace_back(dev_alloc(q8_bytes(act))), act);
     }
     if (route) st->route_host = host_alloc(route * sizeof(float));
@@ -476,11 +476,6 @@ class CudaBackend : public Backend {
     return int8_prefill_ && op.kind == OpKind::MoeExperts && g.rows(op.out) > kDecodeRows && op.w->type == op.w2->type &&
            cuda::has_q8_dot(static_cast<int>(op.w->type)) && op.n % 32 == 0 && op.k % 32 == 0;
   }
-  // The prefill buffer holding rows x K codes of one slot (row r at r * K) and then their scales.
-  static cuda::Q8Vec prefill_q8_of(const GraphState& st) {
-    signed char* q = static_cast<signed char*>(st.prefill_q8.get());
-    return {q, reinterpret_cast<float*>(q + st.prefill_q8_codes)};
-  }
 
   // A row op that a decode row chain can take (cuda::row_chain).
   static bool chainable(const Graph& g, const Op& op) {
@@ -511,7 +506,7 @@ class CudaBackend : public Backend {
     // Which slot's first pf_K columns the prefill buffer holds (-1: none), quantizing on demand.
     int pf_slot = -1, pf_K = 0;
     auto need_prefill_q8 = [&](int slot, int K) {
-      const cuda::Q8Vec q = prefill_q8_of(st);
+      const cuda::Q8Vec q = st.prefill_q8v;
       if (pf_slot != slot || pf_K != K) {
         kernels += cuda::quantize_q8(stream_, ptr<float>(st.slots[slot]), g.slots[slot].cols, K, g.rows(slot), q, K);
         pf_slot = slot;
@@ -649,18 +644,18 @@ class CudaBackend : public Backend {
             }
             const int K = static_cast<int>(op.w->cols());
             kernels += cuda::matvec_q8(stream_, jobs, need_q8(op.a, K), K);
-          } else if (rows > kDecodeRows && op.n <= kNarrowRows) {
-            // the MoE router in prefill (128 float32 rows): the tiled matmul would run one column
-            // of 8 blocks (259 us a layer for 256 tokens on the H200); the matrix-vector kernel
-            // reads each weight once per 4 tokens over the whole GPU (125 us a layer for 512
-            // tokens; a tiled 8-token x 128-row kernel took 235 us on 64 blocks, see RESULTS.md)
-            kernels += cuda::matvec(stream_, wref(op.w), op.n, a, as, rows, out, os);
           } else if (int8_matmul(g, op)) {
             const int K = static_cast<int>(op.w->cols());
             kernels += cuda::matmul_q8(stream_, wref(op.w), op.n, need_prefill_q8(op.a, K), K, rows, out, os);
+          } else if (rows <= kDecodeRows || op.n <= kNarrowRows) {
+            // Few rows, or few outputs: the MoE router in prefill (128 float32 rows), where the
+            // tiled matmul would run one column of 8 blocks (259 us a layer for 256 tokens on the
+            // H200); the matrix-vector kernel reads each weight once per 4 tokens over the whole
+            // GPU (125 us a layer for 512 tokens; a tiled 8-token x 128-row kernel took 235 us on
+            // 64 blocks, see RESULTS.md).
+            kernels += cuda::matvec(stream_, wref(op.w), op.n, a, as, rows, out, os);
           } else {
-            kernels += rows <= kDecodeRows ? cuda::matvec(stream_, wref(op.w), op.n, a, as, rows, out, os)
-                                           : cuda::matmul(stream_, wref(op.w), op.n, a, as, rows, out, os, opt_.precise);
+            kernels += cuda::matmul(stream_, wref(op.w), op.n, a, as, rows, out, os, opt_.precise);
           }
           break;
         }

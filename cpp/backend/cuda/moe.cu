@@ -377,16 +377,14 @@ int moe_experts_prefill(cudaStream_t s, const WeightRef& gu, const WeightRef& dn
   g.a_div = k;
   const int n = rows * k;
   int launched = 1;
+  launched += x_q8.q ? matmul_q8(s, gu, 2 * Ie, x_q8, H, n, m.hg, 2 * Ie, &g)
+                     : matmul(s, gu, 2 * Ie, x, xs, n, m.hg, 2 * Ie, precise, &g);
+  launched += gelu_mul(s, m.hg, 2 * Ie, m.hg, 2 * Ie, Ie, Ie, n, m.act, Ie);
+  g.a_div = 1;
   if (x_q8.q) {
-    launched += matmul_q8(s, gu, 2 * Ie, x_q8, H, n, m.hg, 2 * Ie, &g);
-    launched += gelu_mul(s, m.hg, 2 * Ie, m.hg, 2 * Ie, Ie, Ie, n, m.act, Ie);
     launched += quantize_q8(s, m.act, Ie, Ie, n, m.act_q8, Ie);
-    g.a_div = 1;
     launched += matmul_q8(s, dn, H, m.act_q8, Ie, n, m.y, H, &g);
   } else {
-    launched += matmul(s, gu, 2 * Ie, x, xs, n, m.hg, 2 * Ie, precise, &g);
-    launched += gelu_mul(s, m.hg, 2 * Ie, m.hg, 2 * Ie, Ie, Ie, n, m.act, Ie);
-    g.a_div = 1;
     launched += matmul(s, dn, H, m.act, Ie, n, m.y, H, precise, &g);
   }
   combine_kernel<<<dim3(MB_BLOCKS(H, 256), rows), 256, 0, s>>>(route, rs, m.y, H, k, out, os);

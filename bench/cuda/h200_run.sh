@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call on the H200: builds MarkBase with the CUDA backend, runs the CUDA tests, and
 # measures MarkBase (and llama.cpp's CUDA llama-bench, built beside it) on synthetic Gemma 4 GGUFs.
-#   STAGES="test attn tune bench profile ab llama ncu" BUDGET=560 bash bench/cuda/h200_run.sh
+#   STAGES="test kern attn tune bench profile ab llama ncu" BUDGET=560 bash bench/cuda/h200_run.sh
 # Carried: .whl (transformers 5.23 for the tiny models), .gpu/llama.cpp-src.tar.gz (trimmed
 # llama.cpp of the llama-cpp-python 0.3.36 sdist). Logs and JSON go to $OUT.
 set -u
@@ -51,6 +51,20 @@ if has test; then
   log "tests"
   timeout $(( $(left) > 300 ? 300 : $(left) )) python3 -m pytest -q -p no:cacheprovider --durations=8 tests/test_cuda_backend.py \
     ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tail -40 | tee "$OUT/tests.log"
+fi
+
+if has kern; then  # GPU time of each kernel of one decode token (6-layer 26B-A4B file: one full layer)
+  log "kernel table"
+  python3 bench/make_synthetic_gguf.py $M/g4-26b-6L.gguf --preset 26b-a4b --layers 6 --type q4_0 > /dev/null 2>&1
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1)
+  for mode in ${KERN_MODES:-default}; do
+    env ${KERN_ENV:-} "$BENCH" --model $M/g4-26b-6L.gguf --backend cuda --prompt-tokens 512 --gen-tokens 128 --repeats 3 --json \
+      2>/dev/null | tee -a "$OUT/kern_bench.jsonl"
+    MARKBASE_CUDA_GRAPH=0 env ${KERN_ENV:-} timeout 150 $NCU --clock-control none --cache-control none --csv --page raw \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum "$BENCH" --model $M/g4-26b-6L.gguf --backend cuda \
+      --prompt-tokens 16 --gen-tokens 4 --repeats 1 > "$OUT/kern_$mode.csv" 2>/dev/null
+    python3 bench/cuda/kernel_table.py "$OUT/kern_$mode.csv" 2>&1 | tee "$OUT/kern_$mode.txt"
+  done
 fi
 
 if has attn; then  # the tensor-core prefill attention against the float32 kernel, and its times

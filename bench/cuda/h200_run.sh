@@ -53,18 +53,16 @@ if has test; then
     ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tail -40 | tee "$OUT/tests.log"
 fi
 
-if has kern; then  # GPU time of each kernel of one decode token (6-layer 26B-A4B file: one full layer)
+if has kern; then  # decode per op, timed inside the CUDA graph (6-layer 26B-A4B file: one full layer)
   log "kernel table"
   python3 bench/make_synthetic_gguf.py $M/g4-26b-6L.gguf --preset 26b-a4b --layers 6 --type q4_0 > /dev/null 2>&1
-  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1)
-  for mode in ${KERN_MODES:-default}; do
-    env ${KERN_ENV:-} "$BENCH" --model $M/g4-26b-6L.gguf --backend cuda --prompt-tokens 512 --gen-tokens 128 --repeats 3 --json \
-      2>/dev/null | tee -a "$OUT/kern_bench.jsonl"
-    MARKBASE_CUDA_GRAPH=0 env ${KERN_ENV:-} timeout 150 $NCU --clock-control none --cache-control none --csv --page raw \
-      --metrics gpu__time_duration.sum,dram__bytes_read.sum "$BENCH" --model $M/g4-26b-6L.gguf --backend cuda \
-      --prompt-tokens 16 --gen-tokens 4 --repeats 1 > "$OUT/kern_$mode.csv" 2>/dev/null
-    python3 bench/cuda/kernel_table.py "$OUT/kern_$mode.csv" 2>&1 | tee "$OUT/kern_$mode.txt"
+  for pdl in 1 0; do
+    MARKBASE_CUDA_PDL=$pdl "$BENCH" --model $M/g4-26b-6L.gguf --backend cuda --prompt-tokens 512 --gen-tokens 128 \
+      --repeats 3 --json 2>/dev/null | sed "s/^{/{\"name\": \"6L_pdl$pdl\", /" | tee -a "$OUT/kern_bench.jsonl"
   done
+  MARKBASE_CUDA_PROFILE=1 "$BENCH" --model $M/g4-26b-6L.gguf --backend cuda --prompt-tokens 512 --gen-tokens 64 \
+    --repeats 1 --json 2>&1 | grep "cuda profile" > "$OUT/kern_profile.txt"
+  grep "T=1)" "$OUT/kern_profile.txt"
 fi
 
 if has attn; then  # the tensor-core prefill attention against the float32 kernel, and its times
@@ -108,6 +106,7 @@ if has bench && wait_for $M/gen26.done; then
   mb 26b_p4096 $M/g4-26b-q4_0.gguf 4096 64
   mb 26b_p512_hostrouting $M/g4-26b-q4_0.gguf 512 64 MARKBASE_CUDA_HOST_ROUTING=1
   mb 26b_p512_nograph $M/g4-26b-q4_0.gguf 512 64 MARKBASE_CUDA_GRAPH=0
+  mb 26b_p512_nopdl $M/g4-26b-q4_0.gguf 512 64 MARKBASE_CUDA_PDL=0
   # per-op-kind GPU time (eager launches timed with events; printed to bench.err)
   has profile && mb 26b_profile $M/g4-26b-q4_0.gguf 512 32 MARKBASE_CUDA_PROFILE=1
   # A/B of the prefill paths: the f16 tiles instead of the int8 tensor cores, the float32

@@ -34,9 +34,9 @@ def read_rows(path):
             v = float(r[i].replace(",", "") or 0)
             u = units[i]
             if m.startswith("gpu__time"):
-                v *= {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(u, 1.0)  # -> us
+                v *= {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}[u]  # -> us
             else:
-                v *= {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}.get(u, 1.0)
+                v *= {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}[u]
             rec[m] = v
         out.append(rec)
     return out
@@ -44,6 +44,7 @@ def read_rows(path):
 
 def short(name):
     """'void ns::kernel<2, 2>(args)' -> 'kernel<2, 2>'."""
+    name = name.replace("(anonymous namespace)::", "").replace("unnamed>::", "")
     depth, cut = 0, len(name)
     for i, ch in enumerate(name):
         depth += ch == "<"

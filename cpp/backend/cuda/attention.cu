@@ -28,6 +28,7 @@ __device__ __forceinline__ int cache_slot(const CacheRef& c, int pos) { return c
 
 __global__ void store_kv_kernel(CacheRef c, const float* k, int ks, const float* v, int vs, const StepBuf* step,
                                 int* error_flag) {
+  pdl_entry();
   const int t = blockIdx.x, h = blockIdx.y, d = c.head_dim;
   const int pos = step->pos0 + t;
   if (!c.ring && pos >= c.capacity) {
@@ -48,6 +49,71 @@ __global__ void store_kv_kernel(CacheRef c, const float* k, int ks, const float*
   }
 }
 
+// Fused per-head finish of q, k and v (norm_rope_store): block (t, head) of the concatenated
+// heads of the parts normalizes its head (RMS norm, times the weight if any), rotates it (when
+// the part has a RoPE table), writes it to the part's slot and, for k and v, to the cache. Each
+// thread holds pairs (j, j + d / 2); d <= 512 with 128 threads is at most 2 pairs.
+constexpr int kFinishThreads = 128;
+constexpr int kFinishPairs = kMaxDim / 2 / kFinishThreads;
+
+__global__ void __launch_bounds__(kFinishThreads) norm_rope_store_kernel(HeadFinishArgs p) {
+  pdl_entry();
+  const int t = blockIdx.x;
+  int h = blockIdx.y, pi = 0;
+#pragma unroll
+  for (int i = 0; i < kMaxHeadParts - 1; ++i)  // constant indices: the parts stay in parameter space
+    if (pi == i && i + 1 < p.count && h >= p.part[i].heads) { h -= p.part[i].heads; pi = i + 1; }
+  HeadPart part = p.part[0];
+#pragma unroll
+  for (int i = 1; i < kMaxHeadParts; ++i)
+    if (pi == i) part = p.part[i];
+  const int d = p.c.head_dim, half = d / 2;
+  const float* x = part.a + static_cast<size_t>(t) * part.as + h * d;
+  float x0[kFinishPairs], x1[kFinishPairs];
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kFinishPairs; ++i) {
+    const int j = threadIdx.x + kFinishThreads * i;
+    x0[i] = j < half ? x[j] : 0.0f;
+    x1[i] = j < half ? x[j + half] : 0.0f;
+    ss += x0[i] * x0[i] + x1[i] * x1[i];
+  }
+  float r = 1.0f;
+  if (part.norm) r = 1.0f / sqrtf(block_sum(ss) / d + part.eps);
+  const int pos = p.step->pos0 + t;
+  float* y = part.out + static_cast<size_t>(t) * part.os + h * d;
+  const size_t off = (static_cast<size_t>(h) * p.c.capacity + cache_slot(p.c, pos)) * d;
+#pragma unroll
+  for (int i = 0; i < kFinishPairs; ++i) {
+    const int j = threadIdx.x + kFinishThreads * i;
+    if (j >= half) break;
+    float a0 = x0[i] * r, a1 = x1[i] * r;
+    if (part.norm && part.w) {
+      a0 *= part.w[j];
+      a1 *= part.w[j + half];
+    }
+    if (part.inv) {  // the angle in float, its cosine and sine in double, as the CPU op
+      double sd, cd;
+      sincos(static_cast<double>(static_cast<float>(pos) * part.inv[j]), &sd, &cd);
+      const float c = static_cast<float>(cd), sn = static_cast<float>(sd);
+      const float b0 = a0 * c - a1 * sn, b1 = a1 * c + a0 * sn;
+      a0 = b0;
+      a1 = b1;
+    }
+    y[j] = a0;
+    y[j + half] = a1;
+    if (part.cache && (p.c.ring || pos < p.c.capacity)) {  // (the host checks that the cache has room)
+      if (p.c.f16) {
+        static_cast<__half*>(part.cache)[off + j] = __float2half_rn(a0);
+        static_cast<__half*>(part.cache)[off + j + half] = __float2half_rn(a1);
+      } else {
+        static_cast<float*>(part.cache)[off + j] = a0;
+        static_cast<float*>(part.cache)[off + j + half] = a1;
+      }
+    }
+  }
+}
+
 struct AttnArgs {
   CacheRef c;
   const float* q;
@@ -62,6 +128,7 @@ struct AttnArgs {
 
 // grid: (row blocks, kv heads, splits); block: rows_per_block warps.
 __global__ void attention_kernel(AttnArgs p) {
+  pdl_entry();
   extern __shared__ __align__(16) float sm[];
   const int d = p.c.head_dim, kd = d + 4;  // key rows padded by 16 bytes: conflict-free float4 dots
   float* Ks = sm;                           // [kTile][d + 4]
@@ -196,6 +263,7 @@ __global__ void attention_kernel(AttnArgs p) {
 template <bool Q8>
 __global__ void attention_combine_kernel(const float* scratch, int heads, int d, int splits, float* out, int os,
                                          Q8Vec q8) {
+  pdl_entry();
   __shared__ float wt[kMaxSplits];
   const int row = blockIdx.x, t = row / heads, h = row % heads;
   const float* sp = scratch + static_cast<size_t>(row) * splits * (d + 2);
@@ -250,9 +318,16 @@ int attention_splits(const CacheRef& c, int T) {
   return std::min(kMaxSplits, std::max(1, (c.capacity + kTile - 1) / kTile));
 }
 
+int norm_rope_store(cudaStream_t s, const HeadFinishArgs& p, int T) {
+  int heads = 0;
+  for (int i = 0; i < p.count; ++i) heads += p.part[i].heads;
+  enqueue(norm_rope_store_kernel, dim3(T, heads), kFinishThreads, 0, s, p);
+  return 1;
+}
+
 int store_kv(cudaStream_t s, const CacheRef& c, const float* k, int ks, const float* v, int vs, const StepBuf* step,
              int T, int* error_flag) {
-  store_kv_kernel<<<dim3(T, c.kv_heads), 128, 0, s>>>(c, k, ks, v, vs, step, error_flag);
+  enqueue(store_kv_kernel, dim3(T, c.kv_heads), 128, 0, s, c, k, ks, v, vs, step, error_flag);
   return 1;
 }
 
@@ -267,15 +342,15 @@ int attention(cudaStream_t s, const CacheRef& c, const float* q, int qs, const S
   const int rows = T * group, warps = std::min(kMaxWarps, rows);
   AttnArgs p{c, q, qs, step, T, heads, group, window, splits, warps, scale, out, os, scratch};
   const dim3 grid(MB_BLOCKS(rows, warps), c.kv_heads, splits);
-  attention_kernel<<<grid, kMaxWarps * 32, smem_bytes(c.head_dim, warps), s>>>(p);
+  enqueue(attention_kernel, grid, kMaxWarps * 32, smem_bytes(c.head_dim, warps), s, p);
   const int threads = (c.head_dim + 31) / 32 * 32;
   if (splits > 1 && q8.q && c.head_dim % 32 == 0) {
-    attention_combine_kernel<true><<<T * heads, threads, 0, s>>>(scratch, heads, c.head_dim, splits, out, os, q8);
+    enqueue(attention_combine_kernel<true>, T * heads, threads, 0, s, scratch, heads, c.head_dim, splits, out, os, q8);
     return 2;
   }
   int launched = 1;
   if (splits > 1) {
-    attention_combine_kernel<false><<<T * heads, threads, 0, s>>>(scratch, heads, c.head_dim, splits, out, os, q8);
+    enqueue(attention_combine_kernel<false>, T * heads, threads, 0, s, scratch, heads, c.head_dim, splits, out, os, q8);
     ++launched;
   }
   if (q8.q) launched += quantize_q8(s, out, os, heads * c.head_dim, 1, q8, 0);

@@ -115,6 +115,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // grid: (row blocks of RW * 16 rows, kv heads); block: RW * kCS warps.
 template <int DMAX, int RW>
 __global__ void __launch_bounds__(32 * RW * TcShape<DMAX>::kCS) attention_tc_kernel(TcArgs p) {
+  pdl_entry();
   constexpr int kDV = TcShape<DMAX>::kDV, kCS = TcShape<DMAX>::kCS, kBN = TcShape<DMAX>::kBN;
   constexpr int kThreads = 32 * RW * kCS;
   extern __shared__ __align__(16) __half smh[];
@@ -406,7 +407,7 @@ int attention_tc(cudaStream_t s, const CacheRef& c, const float* q, int qs, cons
   constexpr float kLog2e = 1.4426950408889634f;
   const TcArgs p{c, q, qs, step, T, group, window, scale * kLog2e, out, os};
   const dim3 grid(MB_BLOCKS(n_rows, 16 * v->rw), c.kv_heads);
-  v->fn<<<grid, v->threads, smem_for(*v, c.head_dim), s>>>(p);
+  enqueue(v->fn, grid, v->threads, smem_for(*v, c.head_dim), s, p);
   return 1;
 }
 

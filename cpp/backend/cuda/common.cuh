@@ -3,10 +3,43 @@
 #pragma once
 #include <cuda_fp16.h>
 
+#include <utility>
+
 #include "../../../metal/dequant.h"
 #include "backend/cuda/kernels.h"
 
 namespace markbase::cuda {
+
+// --- Programmatic dependent launch (compute capability 9.0 and newer; no-ops elsewhere).
+// Every kernel is launched by enqueue() and starts with these two steps:
+//  - pdl_trigger(): the next kernel in the stream may be scheduled now, before this one ends, so
+//    its launch latency and its blocks' start overlap this kernel's work;
+//  - pdl_wait(): blocks until the kernels before this one have finished and their writes are
+//    visible. Nothing before it may read what an earlier kernel writes, or write anything at all;
+//    reading weights (which no kernel writes) is allowed, which is how the decode products start
+//    their weight loads while the previous kernel still runs.
+// A kernel launched without the attribute (programmatic_launch off) passes pdl_wait() at once.
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// Both at a kernel's entry (kernels that read no weights ahead of their inputs).
+__device__ __forceinline__ void pdl_entry() {
+  pdl_trigger();
+  pdl_wait();
+}
+// Asks for the bytes [p, p + n) in L2 (one prefetch per 128-byte line, spread over the block).
+__device__ __forceinline__ void prefetch_l2(const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  for (size_t o = threadIdx.x * 128u; o < n; o += blockDim.x * 128u)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + o));
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -55,6 +88,26 @@ __device__ __forceinline__ float dot4(float4 a, float4 b) {
   return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
 }
 
+}  // namespace markbase::cuda
+
+namespace markbase::cuda {
+// kernel<<<grid, block, smem, s>>>(args...), as a programmatic dependent launch when
+// programmatic_launch is on (see pdl_trigger above). Launch errors surface through
+// cudaGetLastError, as for <<<>>>.
+template <typename... P, typename... A>
+inline void enqueue(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = programmatic_launch ? 1 : 0;
+  cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+}
 }  // namespace markbase::cuda
 
 // Launch checks: a bad launch configuration becomes a BackendError on the host (cuda_backend.cpp

@@ -16,9 +16,11 @@
 //    measure what naive host routing costs; MARKBASE_CUDA_GRAPH=0 runs eagerly without capture;
 //    MARKBASE_CUDA_FUSE=0 turns off the fusions and the batching of products (see encode());
 //    MARKBASE_CUDA_INT8_PREFILL=0 sends prefill's Q4_0 / Q8_0 products back to the f16 tiles;
-//    MARKBASE_CUDA_PROFILE=1 runs eagerly, times every op with events and prints the time per op
-//    kind (per graph size) to stderr when the backend is destroyed; MARKBASE_CUDA_ATTN_TC=0 keeps
-//    prefill attention on the float32 kernel in default mode too (A/B checks of the tensor-core one).
+//    MARKBASE_CUDA_PROFILE=1 times every op with events (recorded into the CUDA graph, which then
+//    runs without programmatic launch) and prints the time per op (label without its layer, graph
+//    size) to stderr when the backend is destroyed; MARKBASE_CUDA_ATTN_TC=0 keeps
+//    prefill attention on the float32 kernel in default mode too (A/B checks of the tensor-core one);
+//    MARKBASE_CUDA_PDL=0 launches kernels without programmatic dependent launch (common.cuh).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -116,7 +118,14 @@ struct GraphState {
   cudaGraphExec_t exec = nullptr;
   const CudaCaches* captured_for = nullptr;
   int kernels = 0;             // kernels launched by one run of the graph
-  ~GraphState() { if (exec) cudaGraphExecDestroy(exec); }
+  // MARKBASE_CUDA_PROFILE: an event pair around each op (op kind, index of its first event),
+  // recorded into the CUDA graph with the kernels (or on the stream, eager runs).
+  std::vector<std::pair<std::string, size_t>> timed;
+  std::vector<cudaEvent_t> events;
+  ~GraphState() {
+    if (exec) cudaGraphExecDestroy(exec);
+    for (cudaEvent_t e : events) cudaEventDestroy(e);
+  }
 };
 
 class CudaBackend : public Backend {
@@ -136,10 +145,13 @@ class CudaBackend : public Backend {
     CK(cudaGetLastError());
     host_routing_ = env_flag("MARKBASE_CUDA_HOST_ROUTING", false);
     profile_ = env_flag("MARKBASE_CUDA_PROFILE", false);
-    use_graphs_ = env_flag("MARKBASE_CUDA_GRAPH", true) && !host_routing_ && !profile_;
+    use_graphs_ = env_flag("MARKBASE_CUDA_GRAPH", true) && !host_routing_;
     fuse_ = env_flag("MARKBASE_CUDA_FUSE", true);
     int8_prefill_ = env_flag("MARKBASE_CUDA_INT8_PREFILL", true) && !opt_.precise;
     attn_tc_ = env_flag("MARKBASE_CUDA_ATTN_TC", true);
+    int major = 0;
+    CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    cuda::programmatic_launch = major >= 9 && env_flag("MARKBASE_CUDA_PDL", true) && !profile_;
     sample_result_ = dev_alloc(sizeof(int));
     sample_recent_ = dev_alloc(cuda::kMaxRecent * sizeof(int));
     sample_host_ = host_alloc((cuda::kMaxRecent + 1) * sizeof(int));
@@ -148,10 +160,9 @@ class CudaBackend : public Backend {
     if (profile_) {
       std::fprintf(stderr, "[cuda profile] op (graph T): total ms, calls, us per call\n");
       for (const auto& [k, v] : prof_)
-        std::fprintf(stderr, "[cuda profile] %-28s %10.3f %8d %10.2f\n", k.c_str(), v.first, v.second,
+        std::fprintf(stderr, "[cuda profile] %-52s %10.3f %8d %10.2f\n", k.c_str(), v.first, v.second,
                      1000.0 * v.first / std::max(1, v.second));
     }
-    for (auto& e : events_) cudaEventDestroy(e);
     states_.clear();
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -211,25 +222,30 @@ class CudaBackend : public Backend {
   void wait() {
     CK(cudaStreamSynchronize(stream_));
     ++waits_;
-    if (!profile_) return;
-    for (const auto& [key, i] : timed_) {
+    if (!profile_ || !timing_) return;
+    for (const auto& [key, i] : timing_->timed) {
       float ms = 0.0f;
-      cudaEventElapsedTime(&ms, events_[i], events_[i + 1]);
+      cudaEventElapsedTime(&ms, timing_->events[i], timing_->events[i + 1]);
       auto& acc = prof_[key];
       acc.first += ms;
       acc.second += 1;
     }
-    timed_.clear();
+    timing_ = nullptr;
   }
-  // Profiling: an event pair around one op (eager runs only).
-  size_t event_pair() {
-    const size_t i = 2 * timed_.size();
-    while (events_.size() < i + 2) {
+  // Profiling: an event pair around one op, and its records (inside a capture, as external event
+  // nodes, which keep their timestamps when the graph replays).
+  size_t event_pair(GraphState& st) {
+    const size_t i = 2 * st.timed.size();
+    while (st.events.size() < i + 2) {
       cudaEvent_t e;
       CK(cudaEventCreate(&e));
-      events_.push_back(e);
+      st.events.push_back(e);
     }
     return i;
+  }
+  void record(cudaEvent_t e) {
+    if (capturing_) CK(cudaEventRecordWithFlags(e, stream_, cudaEventRecordExternal));
+    else CK(cudaEventRecord(e, stream_));
   }
 
   // Uploads the graph's inputs, then replays its CUDA graph (capturing it first if needed) or
@@ -251,7 +267,9 @@ class CudaBackend : public Backend {
     waits_ = 0;
     ops_ = 0;
     CK(cudaMemcpyAsync(st.step.get(), sh, (1 + g.T) * sizeof(int), cudaMemcpyHostToDevice, stream_));
+    if (profile_) timing_ = &st;
     if (!use_graphs_) {
+      st.timed.clear();
       ops_ = encode(g, st, kv);
       return st;
     }
@@ -259,9 +277,13 @@ class CudaBackend : public Backend {
       if (st.exec) { cudaGraphExecDestroy(st.exec); st.exec = nullptr; }
       CK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       int kernels = 0;
+      st.timed.clear();
+      capturing_ = true;
       try {
         kernels = encode(g, st, kv);
+        capturing_ = false;
       } catch (...) {
+        capturing_ = false;
         cudaGraph_t broken = nullptr;
         cudaStreamEndCapture(stream_, &broken);
         if (broken) cudaGraphDestroy(broken);
@@ -477,6 +499,76 @@ class CudaBackend : public Backend {
            cuda::has_q8_dot(static_cast<int>(op.w->type)) && op.n % 32 == 0 && op.k % 32 == 0;
   }
 
+  // The attention inputs' finish that norm_rope_store does in one launch: from op oi, skipping ops
+  // already launched with a batch of products, q's RmsNorm + Rope, k's RmsNorm + Rope, optionally
+  // v's RmsNorm (per head, no weight), then the StoreKV of k and v. Returns the index of the
+  // StoreKV with args filled, or 0 when the ops there do not have that shape.
+  size_t finish_heads(const Graph& g, size_t oi, const std::vector<char>& done, GraphState& st, CudaCaches& kv,
+                      cuda::HeadFinishArgs& hf) {
+    auto next = [&](size_t j) {
+      for (++j; j < g.ops.size(); ++j)
+        if (!done[j]) return j;
+      return g.ops.size();
+    };
+    auto at = [&](size_t j) -> const Op* { return j < g.ops.size() ? &g.ops[j] : nullptr; };
+    auto norm_rope = [&](size_t j) {  // per-head norm at j, its in-place rotation next
+      const Op* n = at(j);
+      const Op* r = at(next(j));
+      return n && r && n->kind == OpKind::RmsNorm && r->kind == OpKind::Rope && r->a == n->out &&
+             r->out == n->out && r->group == n->group && r->heads * r->group == n->n;
+    };
+    if (!norm_rope(oi)) return 0;
+    const size_t kn = next(next(oi));
+    if (!norm_rope(kn)) return 0;
+    size_t j = next(next(kn));
+    const Op* vn = at(j);
+    if (vn && vn->kind == OpKind::RmsNorm && !vn->w) j = next(j);
+    else vn = nullptr;
+    const Op* sk = at(j);
+    const Op& q = g.ops[oi];
+    const Op& k = g.ops[kn];
+    if (!sk || sk->kind != OpKind::StoreKV || sk->a != k.out || (vn && (sk->b != vn->out || vn->group != k.group)))
+      return 0;
+    const cuda::CacheRef c = kv.ref(sk->layer);
+    if (q.group != c.head_dim || k.group != c.head_dim || c.head_dim > 512 || k.n != c.kv_heads * c.head_dim ||
+        g.slots[q.out].cols < q.n)
+      return 0;
+    auto part = [&](const Op& o, const Op* rope, void* cache) {
+      cuda::HeadPart p;
+      p.a = ptr<float>(st.slots[o.a]);
+      p.as = g.slots[o.a].cols;
+      p.norm = true;
+      p.w = o.w ? small_f32(o.w) : nullptr;
+      p.eps = o.f;
+      p.inv = rope ? ptr<float>(st.rope[rope->table]) : nullptr;
+      p.out = ptr<float>(st.slots[o.out]);
+      p.os = g.slots[o.out].cols;
+      p.heads = o.n / o.group;
+      p.cache = cache;
+      return p;
+    };
+    hf = cuda::HeadFinishArgs{};
+    hf.part[0] = part(q, at(next(oi)), nullptr);
+    hf.part[1] = part(k, at(next(kn)), c.k);
+    if (vn) {
+      hf.part[2] = part(*vn, nullptr, c.v);
+    } else {  // v stored as it is: a part with neither norm nor rotation
+      cuda::HeadPart p;
+      p.a = p.out = ptr<float>(st.slots[sk->b]);
+      p.as = p.os = g.slots[sk->b].cols;
+      p.heads = c.kv_heads;
+      p.cache = c.v;
+      hf.part[2] = p;
+    }
+    hf.count = 3;
+    for (int x = 0; x < 3; ++x)  // blocks of one part must not read what another part's blocks write
+      for (int y = 0; y < 3; ++y)
+        if (x != y && hf.part[x].a == hf.part[y].out) return 0;
+    hf.c = c;
+    hf.step = ptr<cuda::StepBuf>(st.step);
+    return j;
+  }
+
   // A row op that a decode row chain can take (cuda::row_chain).
   static bool chainable(const Graph& g, const Op& op) {
     if (op.out < 0 || g.T != 1 || g.rows(op.out) != 1 || op.n > 1024 * cuda::kChainPer) return false;
@@ -494,6 +586,7 @@ class CudaBackend : public Backend {
     int kernels = 0;
     std::vector<char> done(g.ops.size(), 0);  // ops already launched with an earlier one
     std::vector<int> q8_cols(g.slots.size(), 0);  // columns of each slot's current quantized copy
+    cuda::HeadFinishArgs hf;
     // A slot's quantized copy, quantizing it first when its producer did not.
     auto need_q8 = [&](int slot, int K) {
       const cuda::Q8Vec q = slot_q8(g, st, slot);
@@ -525,12 +618,15 @@ class CudaBackend : public Backend {
       int q8_out = -1, q8_n = 0;  // a slot whose quantized copy this step writes
       size_t ev = 0;
       if (profile_) {
-        ev = event_pair();
-        std::string key = kind_names[static_cast<int>(op.kind)];
-        if (op.kind == OpKind::MatMul) key += op.label == "lm_head" ? " lm_head" : op.w->type == TensorType::F32 ? " f32" : "";
-        key += " (T=" + std::to_string(T) + ")";
-        timed_.push_back({key, ev});
-        CK(cudaEventRecord(events_[ev], stream_));
+        ev = event_pair(st);
+        // The op's label without its layer ("blk.7.attn_q.weight" -> "attn_q.weight"): one line
+        // per op of a layer, its calls summed over the layers.
+        std::string label = op.label;
+        if (label.rfind("blk.", 0) == 0 && label.find('.', 4) != std::string::npos) label = label.substr(label.find('.', 4) + 1);
+        const std::string key = std::string(kind_names[static_cast<int>(op.kind)]) + " " + label + " (T=" +
+                                std::to_string(T) + ")";
+        st.timed.push_back({key, ev});
+        record(st.events[ev]);
       }
       if (fuse_ && chainable(g, op)) {
         std::vector<size_t> chain;
@@ -566,7 +662,7 @@ class CudaBackend : public Backend {
             q8_n = tail.n;
           }
           kernels += cuda::row_chain(stream_, c);
-          if (profile_) timed_.back().first = "RowChain (T=1)";
+          if (profile_) st.timed.back().first = "RowChain from " + st.timed.back().first;
           oi = chain.back();
           for (size_t j = first; j <= oi; ++j)
             if (g.ops[j].out >= 0 && g.ops[j].out != q8_out) q8_cols[g.ops[j].out] = 0;
@@ -574,7 +670,7 @@ class CudaBackend : public Backend {
           const cudaError_t e = cudaGetLastError();
           if (e != cudaSuccess)
             throw BackendError("[cuda] op '" + op.label + "' failed to launch: " + cudaGetErrorString(e));
-          if (profile_) CK(cudaEventRecord(events_[ev + 1], stream_));
+          if (profile_) record(st.events[ev + 1]);
           continue;
         }
       }
@@ -607,6 +703,15 @@ class CudaBackend : public Backend {
             kernels += cuda::rms_norm_add(stream_, a, as, w, op.n, op.f, rows, out, os, ptr<float>(st.slots[nx->out]),
                                           g.slots[nx->out].cols, q8, scaled ? sc->f : 1.0f);
             oi = last;
+          } else if (size_t last = 0; fuse_ && (last = finish_heads(g, oi, done, st, kv, hf)) > 0) {
+            // q's norm and RoPE, k's, v's norm and the KV store
+            kernels += cuda::norm_rope_store(stream_, hf, T);
+            for (size_t j = oi + 1; j <= last; ++j) {
+              if (done[j]) continue;
+              done[j] = 1;
+              if (g.ops[j].out >= 0) q8_cols[g.ops[j].out] = 0;
+              if (g.ops[j].out == pf_slot) pf_slot = -1;
+            }
           } else if (fuse_ && nx && nx->kind == OpKind::Rope && nx->a == op.out && nx->out == op.out &&
                      nx->group == op.group && nx->heads * nx->group == op.n) {
             // QK-norm + RoPE
@@ -732,7 +837,7 @@ class CudaBackend : public Backend {
       const cudaError_t e = cudaGetLastError();
       if (e != cudaSuccess)
         throw BackendError("[cuda] op '" + op.label + "' failed to launch: " + cudaGetErrorString(e));
-      if (profile_) CK(cudaEventRecord(events_[ev + 1], stream_));
+      if (profile_) record(st.events[ev + 1]);
     }
     return kernels;
   }
@@ -743,8 +848,8 @@ class CudaBackend : public Backend {
   cudaStream_t stream_ = nullptr;
   bool host_routing_ = false, use_graphs_ = true, profile_ = false, fuse_ = true, int8_prefill_ = true;
   bool attn_tc_ = true;  // default-mode prefill attention on the tensor cores (attention_tc.cu)
-  std::vector<cudaEvent_t> events_;
-  std::vector<std::pair<std::string, size_t>> timed_;
+  bool capturing_ = false;           // encode() is recording into a CUDA graph
+  const GraphState* timing_ = nullptr;  // profiling: the run whose op timers wait() reads
   std::map<std::string, std::pair<double, int>> prof_;
   std::unordered_map<const uint8_t*, DevPtr> weights_, small_;
   std::map<const Graph*, std::unique_ptr<GraphState>> states_;

@@ -10,6 +10,10 @@
 
 namespace markbase::cuda {
 
+// Kernels are enqueued as programmatic dependent launches (common.cuh) when this is on: the
+// backend sets it once, on compute capability 9.0+ devices, unless MARKBASE_CUDA_PDL=0.
+inline bool programmatic_launch = false;
+
 // The per-step values of a graph, in device memory: written by the host before each launch, read
 // by the kernels, so that a captured graph replays unchanged for every token.
 struct StepBuf {
@@ -133,6 +137,30 @@ struct CacheRef {
 };
 int store_kv(cudaStream_t s, const CacheRef& c, const float* k, int k_stride, const float* v, int v_stride,
              const StepBuf* step, int T, int* error_flag);
+// QK-norm + RoPE of q and k, the V norm, and the KV store of one layer in one launch: each part
+// is `heads` heads of the cache's head_dim (<= 512) in slot a (row stride as), normed when `norm`
+// (times w when set, eps), rotated when inv (the RoPE table) is set, written to out and, when
+// cache is set (c.k or c.v), to the cache at the step's positions.
+struct HeadPart {
+  const float* a = nullptr;
+  int as = 0;
+  bool norm = false;
+  const float* w = nullptr;
+  float eps = 0.0f;
+  const float* inv = nullptr;
+  float* out = nullptr;
+  int os = 0;
+  int heads = 0;
+  void* cache = nullptr;
+};
+constexpr int kMaxHeadParts = 3;
+struct HeadFinishArgs {
+  HeadPart part[kMaxHeadParts];
+  int count = 0;
+  CacheRef c;
+  const StepBuf* step = nullptr;
+};
+int norm_rope_store(cudaStream_t s, const HeadFinishArgs& p, int T);
 // splits > 1: positions are split over that many blocks per row and combined (decode);
 // scratch holds rows * splits * (head_dim + 2) floats.
 // q8 (when set; one token, heads * head_dim % 32 == 0): the output row is also quantized.

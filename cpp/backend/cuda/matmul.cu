@@ -47,6 +47,7 @@ __device__ __forceinline__ float4 load_a4(const float* row, int k, int K, bool v
 // TYPE is a template parameter so that the tile decoding has no run-time type switch.
 template <bool TC, int TYPE>
 __global__ void __launch_bounds__(kThreads) matmul_kernel(Args p) {
+  pdl_entry();
   __shared__ __align__(16) unsigned char smem[kSmemBytes];
   TileRows tr;
   if (!tr.init(p.w, p.g, p.M, BM)) return;
@@ -166,8 +167,8 @@ int matmul(cudaStream_t s, const WeightRef& w, int N, const float* a, int a_stri
   const int tiles_m = grouped ? grouped->max_tiles : static_cast<int>(MB_BLOCKS(M, BM));
   const dim3 grid(MB_BLOCKS(N, BN), tiles_m);
 #define MB_MATMUL(TY)                                                  \
-  if (precise) matmul_kernel<false, TY><<<grid, kThreads, 0, s>>>(p); \
-  else matmul_kernel<true, TY><<<grid, kThreads, 0, s>>>(p);           \
+  if (precise) enqueue(matmul_kernel<false, TY>, grid, kThreads, 0, s, p); \
+  else enqueue(matmul_kernel<true, TY>, grid, kThreads, 0, s, p);           \
   return 1;
   MB_TYPE_DISPATCH(w.type, MB_MATMUL)
 #undef MB_MATMUL

@@ -216,6 +216,7 @@ __device__ __forceinline__ void store_w_stage(const Staged<TYPE, PAIRED>& s, typ
 // 128 registers a thread: two blocks of 8 warps (or four of 4) per multiprocessor.
 template <int TYPE, bool PAIRED, int BN>
 __global__ void __launch_bounds__(2 * BN, 256 / BN) matmul_q8_kernel(Args p) {
+  pdl_entry();
   using C = Tiles<BN>;
   using Stage = typename C::Stage;
   constexpr int kThreads = C::kThreads;
@@ -333,11 +334,11 @@ void launch(cudaStream_t s, const Args& p, int tiles_m, bool paired) {
   const dim3 grid(MB_BLOCKS(p.N, BN), tiles_m);
   constexpr int threads = Tiles<BN>::kThreads, smem = Tiles<BN>::kSmemBytes;
   if (p.w.type == MB_Q4_0) {
-    if (paired) matmul_q8_kernel<MB_Q4_0, true, BN><<<grid, threads, smem, s>>>(p);
-    else matmul_q8_kernel<MB_Q4_0, false, BN><<<grid, threads, smem, s>>>(p);
+    if (paired) enqueue(matmul_q8_kernel<MB_Q4_0, true, BN>, grid, threads, smem, s, p);
+    else enqueue(matmul_q8_kernel<MB_Q4_0, false, BN>, grid, threads, smem, s, p);
   } else {
-    if (paired) matmul_q8_kernel<MB_Q8_0, true, BN><<<grid, threads, smem, s>>>(p);
-    else matmul_q8_kernel<MB_Q8_0, false, BN><<<grid, threads, smem, s>>>(p);
+    if (paired) enqueue(matmul_q8_kernel<MB_Q8_0, true, BN>, grid, threads, smem, s, p);
+    else enqueue(matmul_q8_kernel<MB_Q8_0, false, BN>, grid, threads, smem, s, p);
   }
 }
 

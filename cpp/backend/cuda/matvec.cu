@@ -18,8 +18,14 @@ template <int TYPE, int NT>
 __global__ void __launch_bounds__(kWarps * 32) matvec_kernel(WeightRef w, int N, const float* __restrict__ a,
                                                               int a_stride, int T, float* __restrict__ out,
                                                               int out_stride) {
+  pdl_trigger();
+  // The block's rows are contiguous: ask for them in L2 while the previous kernel finishes.
+  const int n_first = blockIdx.x * kWarps;
+  if (blockIdx.y == 0) prefetch_l2(w.data + static_cast<size_t>(n_first) * w.row_bytes,
+                                   static_cast<size_t>(min(kWarps, N - n_first)) * w.row_bytes);
+  pdl_wait();
   const int lane = threadIdx.x & 31;
-  const int n = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  const int n = n_first + (threadIdx.x >> 5);
   if (n >= N) return;
   const int t0 = blockIdx.y * NT;
   const int K = w.K;
@@ -52,7 +58,10 @@ constexpr int kRowBlockThreads = 128;
 template <int TYPE>
 __global__ void __launch_bounds__(kRowBlockThreads) matvec_row_block_kernel(WeightRef w, const float* __restrict__ x,
                                                                             float* __restrict__ out) {
+  pdl_trigger();
   const int n = blockIdx.x;
+  prefetch_l2(w.data + static_cast<size_t>(n) * w.row_bytes, w.row_bytes);
+  pdl_wait();
   const float acc = block_row_dot<TYPE, kRowBlockThreads>(w.data + static_cast<size_t>(n) * w.row_bytes, w.K, x);
   if (threadIdx.x == 0) out[n] = acc;
 }
@@ -64,6 +73,11 @@ constexpr int kFastWarps = 4;
 template <int TYPE, int G, int R>
 __global__ void __launch_bounds__(kFastWarps * 32) matvec_fast_kernel(WeightRef w, int N, const float* __restrict__ a,
                                                                        float* __restrict__ out) {
+  pdl_trigger();
+  constexpr int kBlockRows = kFastWarps * (32 / G) * R;
+  const int b0 = blockIdx.x * kBlockRows;
+  prefetch_l2(w.data + static_cast<size_t>(b0) * w.row_bytes, static_cast<size_t>(min(kBlockRows, N - b0)) * w.row_bytes);
+  pdl_wait();
   const int lane = threadIdx.x & 31, sub = lane % G;
   const int n0 = ((blockIdx.x * kFastWarps + (threadIdx.x >> 5)) * (32 / G) + lane / G) * R;
   const mb_u8* rows[R];
@@ -81,7 +95,7 @@ __global__ void __launch_bounds__(kFastWarps * 32) matvec_fast_kernel(WeightRef 
 template <int TYPE, int G, int R>
 int launch_fast(cudaStream_t s, const WeightRef& w, int N, const float* a, float* out) {
   constexpr int rows_per_block = kFastWarps * (32 / G) * R;
-  matvec_fast_kernel<TYPE, G, R><<<MB_BLOCKS(N, rows_per_block), kFastWarps * 32, 0, s>>>(w, N, a, out);
+  enqueue(matvec_fast_kernel<TYPE, G, R>, MB_BLOCKS(N, rows_per_block), kFastWarps * 32, 0, s, w, N, a, out);
   return 1;
 }
 
@@ -100,11 +114,11 @@ int launch_type(cudaStream_t s, const WeightRef& w, int N, const float* a, int a
     }
   }
   if (T == 1 && N < 1024) {
-    matvec_row_block_kernel<TYPE><<<N, kRowBlockThreads, 0, s>>>(w, a, out);
+    enqueue(matvec_row_block_kernel<TYPE>, N, kRowBlockThreads, 0, s, w, a, out);
   } else if (T == 1) {
-    matvec_kernel<TYPE, 1><<<dim3(MB_BLOCKS(N, kWarps), 1), block, 0, s>>>(w, N, a, as, T, out, os);
+    enqueue(matvec_kernel<TYPE, 1>, dim3(MB_BLOCKS(N, kWarps), 1), block, 0, s, w, N, a, as, T, out, os);
   } else {
-    matvec_kernel<TYPE, 4><<<dim3(MB_BLOCKS(N, kWarps), MB_BLOCKS(T, 4)), block, 0, s>>>(w, N, a, as, T, out, os);
+    enqueue(matvec_kernel<TYPE, 4>, dim3(MB_BLOCKS(N, kWarps), MB_BLOCKS(T, 4)), block, 0, s, w, N, a, as, T, out, os);
   }
   return 1;
 }

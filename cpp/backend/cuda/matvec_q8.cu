@@ -15,6 +15,7 @@ constexpr int kRows = 2;  // rows per block: each activation unit load serves bo
 
 // One row of `n` values per blockIdx.y; 32 consecutive values per warp (one q8 block).
 __global__ void quantize_q8_kernel(const float* a, int as, int n, Q8Vec q, int qs) {
+  pdl_entry();
   const int row = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
   const float v = j < n ? a[static_cast<size_t>(row) * as + j] : 0.0f;
   const Q8Vec qr{q.q + static_cast<size_t>(row) * qs, q.d + static_cast<size_t>(row) * (qs / 32)};
@@ -23,6 +24,7 @@ __global__ void quantize_q8_kernel(const float* a, int as, int n, Q8Vec q, int q
 
 template <int TYPE, int R>
 __global__ void __launch_bounds__(kThreads) matvec_q8_kernel(MatvecJobs jobs, Q8Vec x, int K) {
+  pdl_trigger();
   const int first = blockIdx.x * R;
   WeightRef w;
   int n = 0, n0 = 0;
@@ -39,22 +41,34 @@ __global__ void __launch_bounds__(kThreads) matvec_q8_kernel(MatvecJobs jobs, Q8
 #pragma unroll
   for (int r = 0; r < R; ++r) rows[r] = w.data + static_cast<size_t>(min(n0 + r, n - 1)) * w.row_bytes;
   const int units = K / 16;
+  // The first step's weights are loaded before waiting for the vector: under programmatic launch
+  // they stream in while the kernel before this one finishes. Longer rows go to L2 meanwhile.
+  WUnit wa[R], wb[R];
+  auto load_step = [&](int u) {
+    const int u2 = u + kThreads < units ? u + kThreads : u;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      wa[r] = load_w_unit<TYPE>(rows[r], u);
+      wb[r] = load_w_unit<TYPE>(rows[r], u2);
+    }
+  };
+  int u = threadIdx.x;
+  if (u < units) load_step(u);
+  if (units > 2 * kThreads)
+#pragma unroll
+    for (int r = 0; r < R; ++r) prefetch_l2(rows[r], w.row_bytes);
+  pdl_wait();
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-  for (int u = threadIdx.x; u < units; u += 2 * kThreads) {
+  for (; u < units; u += 2 * kThreads) {
     const int u2 = u + kThreads;
     const bool two = u2 < units;
     const XUnit xa = load_x_unit<TYPE>(x.q, x.d, u);
     const XUnit xb = load_x_unit<TYPE>(x.q, x.d, two ? u2 : u);
-    WUnit wa[R], wb[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      wa[r] = load_w_unit<TYPE>(rows[r], u);
-      wb[r] = load_w_unit<TYPE>(rows[r], two ? u2 : u);
-    }
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] += unit_dot<TYPE>(wa[r], xa) + (two ? unit_dot<TYPE>(wb[r], xb) : 0.0f);
+    if (u + 2 * kThreads < units) load_step(u + 2 * kThreads);
   }
   __shared__ float part[kThreads / 32][R];
   warp_partials(acc, part);
@@ -69,7 +83,7 @@ __global__ void __launch_bounds__(kThreads) matvec_q8_kernel(MatvecJobs jobs, Q8
 }  // namespace
 
 int quantize_q8(cudaStream_t s, const float* a, int a_stride, int n, int rows, Q8Vec q, int q_stride) {
-  quantize_q8_kernel<<<dim3(MB_BLOCKS(n, 256), rows), 256, 0, s>>>(a, a_stride, n, q, q_stride);
+  enqueue(quantize_q8_kernel, dim3(MB_BLOCKS(n, 256), rows), 256, 0, s, a, a_stride, n, q, q_stride);
   return 1;
 }
 
@@ -82,8 +96,8 @@ int matvec_q8(cudaStream_t s, MatvecJobs jobs, Q8Vec x, int K) {
   jobs.row0[jobs.count] = rows;
   const unsigned blocks = rows / kRows;
   switch (jobs.w[0].type) {
-    case MB_Q4_0: matvec_q8_kernel<MB_Q4_0, kRows><<<blocks, kThreads, 0, s>>>(jobs, x, K); return 1;
-    case MB_Q8_0: matvec_q8_kernel<MB_Q8_0, kRows><<<blocks, kThreads, 0, s>>>(jobs, x, K); return 1;
+    case MB_Q4_0: enqueue(matvec_q8_kernel<MB_Q4_0, kRows>, blocks, kThreads, 0, s, jobs, x, K); return 1;
+    case MB_Q8_0: enqueue(matvec_q8_kernel<MB_Q8_0, kRows>, blocks, kThreads, 0, s, jobs, x, K); return 1;
   }
   return 0;  // the backend checks has_q8_dot() first
 }

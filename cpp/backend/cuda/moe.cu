@@ -65,6 +65,7 @@ __device__ void route_row(const float* l, const float* scale, int E, int k, floa
 
 // One warp per token row.
 __global__ void route_kernel(const float* logits, int ls, const float* scale, int E, int k, float* out, int os) {
+  pdl_entry();
   extern __shared__ float p[];
   const int t = blockIdx.x;
   route_row(logits + static_cast<size_t>(t) * ls, scale, E, k, out + static_cast<size_t>(t) * os, p);
@@ -80,9 +81,12 @@ template <int TYPE>
 __global__ void __launch_bounds__(kRouterThreads) router_kernel(WeightRef w, const float* __restrict__ x,
                                                                 const float* scale, int E, int k, float* logits,
                                                                 float* out, unsigned* counter) {
+  pdl_trigger();
   __shared__ float p[kMaxExperts];
   __shared__ bool last;
   const int e = blockIdx.x;
+  prefetch_l2(w.data + static_cast<size_t>(e) * w.row_bytes, w.row_bytes);
+  pdl_wait();
   const float acc = block_row_dot<TYPE, kRouterThreads>(w.data + static_cast<size_t>(e) * w.row_bytes, w.K, x);
   if (threadIdx.x == 0) {
     logits[e] = acc;
@@ -110,6 +114,7 @@ template <int TYPE>
 __global__ void __launch_bounds__(kWarps * 32) gate_up_kernel(WeightRef w, int E, int Ie, int k, const float* x,
                                                                int xs, const float* route, int rs, HostIds hid,
                                                                float* act, bool fast) {
+  pdl_entry();
   const int r = blockIdx.x * kWarps + (threadIdx.x >> 5), j = blockIdx.y, t = blockIdx.z;
   if (r >= Ie) return;
   const int e = expert_of(route, rs, t, j, E, hid, k);
@@ -142,6 +147,7 @@ template <int TYPE>
 __global__ void __launch_bounds__(kWarps * 32) down_kernel(WeightRef w, int E, int Ie, int H, int k,
                                                             const float* route, int rs, HostIds hid,
                                                             const float* act, float* out, int os, bool fast) {
+  pdl_entry();
   const int h = blockIdx.x * kWarps + (threadIdx.x >> 5), t = blockIdx.y;
   if (h >= H) return;
   const bool vec = (Ie & 3) == 0;
@@ -178,6 +184,7 @@ constexpr int kPairs = 2;
 template <int TYPE>
 __global__ void __launch_bounds__(kQ8Threads) gate_up_q8_kernel(WeightRef w, int E, int Ie, int k, Q8Vec x,
                                                                  const float* route, HostIds hid, float* act) {
+  pdl_entry();
   constexpr int R = 2 * kPairs;
   const int r0 = blockIdx.x * kPairs, j = blockIdx.y;
   const int e = expert_of(route, 0, 0, j, E, hid, k);
@@ -223,6 +230,7 @@ template <int TYPE>
 __global__ void __launch_bounds__(kQ8Threads) down_q8_kernel(WeightRef w, int E, int Ie, int H, int k,
                                                               const float* route, HostIds hid, Q8Vec act,
                                                               float* out) {
+  pdl_entry();
   const int h0 = blockIdx.x * kDownRows;
   const int upe = Ie / 16;  // units per expert row
   float acc[kDownRows];
@@ -254,6 +262,7 @@ __global__ void __launch_bounds__(kQ8Threads) down_q8_kernel(WeightRef w, int E,
 // One block: entries (t, j) sorted by expert, and the tile list of the grouped matmuls.
 __global__ void group_kernel(const float* route, int rs, int rows, int k, int E, int* counts, int* order,
                              int* tiles, int* n_tiles) {
+  pdl_entry();
   extern __shared__ int sh[];
   int* cnt = sh;           // E
   int* off = sh + E;       // E
@@ -295,6 +304,7 @@ __global__ void group_kernel(const float* route, int rs, int rows, int k, int E,
 
 // out[t, h] = sum_j weight_j * y[t k + j, h]
 __global__ void combine_kernel(const float* route, int rs, const float* y, int H, int k, float* out, int os) {
+  pdl_entry();
   const int t = blockIdx.y, h = blockIdx.x * blockDim.x + threadIdx.x;
   if (h >= H) return;
   float acc = 0.0f;
@@ -307,7 +317,7 @@ __global__ void combine_kernel(const float* route, int rs, const float* y, int H
 
 int moe_route(cudaStream_t s, const float* logits, int ls, const float* scale, int E, int k, int rows, float* out,
               int os) {
-  route_kernel<<<rows, 32, E * sizeof(float), s>>>(logits, ls, scale, E, k, out, os);
+  enqueue(route_kernel, rows, 32, E * sizeof(float), s, logits, ls, scale, E, k, out, os);
   return 1;
 }
 
@@ -323,13 +333,13 @@ int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn,
     const dim3 gu_grid(MB_BLOCKS(Ie, kPairs), k);
     const unsigned dn_blocks = MB_BLOCKS(H, kDownRows);
     if (gu.type == MB_Q4_0) {
-      gate_up_q8_kernel<MB_Q4_0><<<gu_grid, kQ8Threads, 0, s>>>(gu, E, Ie, k, x_q8, route, hid, act);
+      enqueue(gate_up_q8_kernel<MB_Q4_0>, gu_grid, kQ8Threads, 0, s, gu, E, Ie, k, x_q8, route, hid, act);
       quantize_q8(s, act, 0, k * Ie, 1, act_q8, 0);
-      down_q8_kernel<MB_Q4_0><<<dn_blocks, kQ8Threads, 0, s>>>(dn, E, Ie, H, k, route, hid, act_q8, out);
+      enqueue(down_q8_kernel<MB_Q4_0>, dn_blocks, kQ8Threads, 0, s, dn, E, Ie, H, k, route, hid, act_q8, out);
     } else {
-      gate_up_q8_kernel<MB_Q8_0><<<gu_grid, kQ8Threads, 0, s>>>(gu, E, Ie, k, x_q8, route, hid, act);
+      enqueue(gate_up_q8_kernel<MB_Q8_0>, gu_grid, kQ8Threads, 0, s, gu, E, Ie, k, x_q8, route, hid, act);
       quantize_q8(s, act, 0, k * Ie, 1, act_q8, 0);
-      down_q8_kernel<MB_Q8_0><<<dn_blocks, kQ8Threads, 0, s>>>(dn, E, Ie, H, k, route, hid, act_q8, out);
+      enqueue(down_q8_kernel<MB_Q8_0>, dn_blocks, kQ8Threads, 0, s, dn, E, Ie, H, k, route, hid, act_q8, out);
     }
     return 3;
   }
@@ -339,13 +349,13 @@ int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn,
                        (reinterpret_cast<uintptr_t>(gu.data) & 3) == 0;
   const bool fast_dn = fast_dot_ok(dn.type, Ie) && (Ie & 3) == 0 && (reinterpret_cast<uintptr_t>(dn.data) & 3) == 0;
 #define MB_GATE_UP(T)                                                                                      \
-  gate_up_kernel<T><<<dim3(MB_BLOCKS(Ie, kWarps), k, rows), block, 0, s>>>(gu, E, Ie, k, x, xs, route, rs, hid, \
+  enqueue(gate_up_kernel<T>, dim3(MB_BLOCKS(Ie, kWarps), k, rows), block, 0, s, gu, E, Ie, k, x, xs, route, rs, hid, \
                                                                           act, fast_gu);                   \
   break;
   MB_TYPE_DISPATCH(gu.type, MB_GATE_UP)
 #undef MB_GATE_UP
 #define MB_DOWN(T)                                                                                          \
-  down_kernel<T><<<dim3(MB_BLOCKS(H, kWarps), rows), block, 0, s>>>(dn, E, Ie, H, k, route, rs, hid, act, out, \
+  enqueue(down_kernel<T>, dim3(MB_BLOCKS(H, kWarps), rows), block, 0, s, dn, E, Ie, H, k, route, rs, hid, act, out, \
                                                                    os, fast_dn);                            \
   break;
   MB_TYPE_DISPATCH(dn.type, MB_DOWN)
@@ -356,7 +366,7 @@ int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn,
 int moe_router(cudaStream_t s, const WeightRef& w, const float* x, const float* scale, int E, int k,
                float* logits, float* out, unsigned* counter) {
 #define MB_ROUTER(T)                                                                                      \
-  router_kernel<T><<<E, kRouterThreads, 0, s>>>(w, x, scale, E, k, logits, out, counter);                \
+  enqueue(router_kernel<T>, E, kRouterThreads, 0, s, w, x, scale, E, k, logits, out, counter);                \
   return 1;
   MB_TYPE_DISPATCH(w.type, MB_ROUTER)
 #undef MB_ROUTER
@@ -368,7 +378,7 @@ int moe_max_tiles(int rows, int k, int E) { return (rows * k + kMatmulBM - 1) / 
 int moe_experts_prefill(cudaStream_t s, const WeightRef& gu, const WeightRef& dn, int E, int Ie, int H, int k,
                         const float* x, int xs, const float* route, int rs, int rows, const MoeScratch& m,
                         bool precise, float* out, int os, Q8Vec x_q8) {
-  group_kernel<<<1, 1024, 4 * E * sizeof(int), s>>>(route, rs, rows, k, E, m.counts, m.order, m.tiles, m.n_tiles);
+  enqueue(group_kernel, 1, 1024, 4 * E * sizeof(int), s, route, rs, rows, k, E, m.counts, m.order, m.tiles, m.n_tiles);
   Grouped g;
   g.order = m.order;
   g.tiles = m.tiles;
@@ -387,7 +397,7 @@ int moe_experts_prefill(cudaStream_t s, const WeightRef& gu, const WeightRef& dn
   } else {
     launched += matmul(s, dn, H, m.act, Ie, n, m.y, H, precise, &g);
   }
-  combine_kernel<<<dim3(MB_BLOCKS(H, 256), rows), 256, 0, s>>>(route, rs, m.y, H, k, out, os);
+  enqueue(combine_kernel, dim3(MB_BLOCKS(H, 256), rows), 256, 0, s, route, rs, m.y, H, k, out, os);
   return launched + 1;
 }
 

@@ -6,6 +6,7 @@ namespace markbase::cuda {
 namespace {
 
 __global__ void embed_kernel(WeightRef w, const StepBuf* step, int vocab, float f, int n, float* out, int os) {
+  pdl_entry();
   const int t = blockIdx.x;
   const int id = min(max(step->tokens[t], 0), vocab - 1);  // the session checks ids before a run
   const mb_u8* row = w.data + static_cast<size_t>(id) * w.row_bytes;
@@ -22,6 +23,7 @@ __global__ void embed_kernel(WeightRef w, const StepBuf* step, int vocab, float 
 template <bool Q8>
 __global__ void rms_norm_kernel(const float* a, int as, const float* w, int groups, int G, float eps, float* out,
                                 int os, Q8Vec q8) {
+  pdl_entry();
   const int row = blockIdx.x / groups, g = blockIdx.x % groups;
   const float* x = a + static_cast<size_t>(row) * as + g * G;
   float* y = out + static_cast<size_t>(row) * os + g * G;
@@ -48,6 +50,7 @@ enum class Ew { GeluMul, Add, Scale, Softcap };
 template <Ew OP>
 __global__ void elementwise_kernel(const float* a, int as, const float* b, int bs, float f, int n, float* out,
                                    int os) {
+  pdl_entry();
   const int row = blockIdx.y;
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= n) return;
@@ -62,6 +65,7 @@ __global__ void elementwise_kernel(const float* a, int as, const float* b, int b
 
 // GeGLU of one row, quantized as well (q8.cuh): 32 consecutive values per warp.
 __global__ void gelu_mul_q8_kernel(const float* a, const float* b, int n, float* out, Q8Vec q8) {
+  pdl_entry();
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   float y = 0.0f;
   if (j < n) out[j] = y = mb_gelu_tanh(a[j]) * b[j];
@@ -71,11 +75,12 @@ __global__ void gelu_mul_q8_kernel(const float* a, const float* b, int n, float*
 template <Ew OP>
 int launch_ew(cudaStream_t s, const float* a, int as, const float* b, int bs, float f, int n, int rows, float* out,
               int os) {
-  elementwise_kernel<OP><<<dim3(MB_BLOCKS(n, 256), rows), 256, 0, s>>>(a, as, b, bs, f, n, out, os);
+  enqueue(elementwise_kernel<OP>, dim3(MB_BLOCKS(n, 256), rows), 256, 0, s, a, as, b, bs, f, n, out, os);
   return 1;
 }
 
 __global__ void copy_kernel(const float* a, int n, float* out) {
+  pdl_entry();
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j < n) out[j] = a[j];
 }
@@ -84,6 +89,7 @@ __global__ void copy_kernel(const float* a, int n, float* out) {
 // frequency) and its cosine and sine in double, as the CPU op does.
 __global__ void rope_kernel(const float* a, int as, const float* inv, const StepBuf* step, int heads, int d,
                             float* out, int os) {
+  pdl_entry();
   const int t = blockIdx.x / heads, h = blockIdx.x % heads, half = d / 2;
   const float pos = static_cast<float>(step->pos0 + t);
   const float* x = a + static_cast<size_t>(t) * as + h * d;
@@ -104,6 +110,7 @@ __global__ void rope_kernel(const float* a, int as, const float* inv, const Step
 template <bool Q8>
 __global__ void rms_norm_add_kernel(const float* a, int as, const float* w, int n, float eps, float* out, int os,
                                     float* x, int xs, Q8Vec q8, float sx) {
+  pdl_entry();
   const int row = blockIdx.x;
   const float* v = a + static_cast<size_t>(row) * as;
   float* y = out + static_cast<size_t>(row) * os;
@@ -140,6 +147,7 @@ __global__ void rms_norm_add_kernel(const float* a, int as, const float* w, int 
 // Fused: per-head RMS norm then RoPE (QK-norm + rotation), one block per (token, head).
 __global__ void rms_norm_rope_kernel(const float* a, int as, const float* w, float eps, const float* inv,
                                      const StepBuf* step, int heads, int d, float* out, int os) {
+  pdl_entry();
   const int t = blockIdx.x / heads, h = blockIdx.x % heads, half = d / 2;
   const float* x = a + static_cast<size_t>(t) * as + h * d;
   float* y = out + static_cast<size_t>(t) * os + h * d;
@@ -167,6 +175,7 @@ __global__ void rms_norm_rope_kernel(const float* a, int as, const float* w, flo
 constexpr int kChainThreads = 1024;
 
 __global__ void __launch_bounds__(kChainThreads) row_chain_kernel(RowChain c) {
+  pdl_entry();
   float prev[kChainPer];
   const float* prev_out = nullptr;  // the previous op's output, held in prev[] ...
   int prev_n = 0;                   // ... for its first prev_n elements
@@ -213,27 +222,27 @@ __global__ void __launch_bounds__(kChainThreads) row_chain_kernel(RowChain c) {
 }  // namespace
 
 int row_chain(cudaStream_t s, const RowChain& c) {
-  row_chain_kernel<<<1, kChainThreads, 0, s>>>(c);
+  enqueue(row_chain_kernel, 1, kChainThreads, 0, s, c);
   return 1;
 }
 
 int rms_norm_add(cudaStream_t s, const float* a, int as, const float* w, int n, float eps, int rows, float* out,
                  int os, float* x, int xs, Q8Vec q8, float scale_x) {
   const int threads = n <= 1024 ? 256 : 1024;
-  if (q8.q) rms_norm_add_kernel<true><<<rows, threads, 0, s>>>(a, as, w, n, eps, out, os, x, xs, q8, scale_x);
-  else rms_norm_add_kernel<false><<<rows, threads, 0, s>>>(a, as, w, n, eps, out, os, x, xs, q8, scale_x);
+  if (q8.q) enqueue(rms_norm_add_kernel<true>, rows, threads, 0, s, a, as, w, n, eps, out, os, x, xs, q8, scale_x);
+  else enqueue(rms_norm_add_kernel<false>, rows, threads, 0, s, a, as, w, n, eps, out, os, x, xs, q8, scale_x);
   return 1;
 }
 
 int rms_norm_rope(cudaStream_t s, const float* a, int as, const float* w, float eps, const float* inv,
                   const StepBuf* step, int T, int heads, int head_dim, float* out, int os) {
-  rms_norm_rope_kernel<<<T * heads, 64, 0, s>>>(a, as, w, eps, inv, step, heads, head_dim, out, os);
+  enqueue(rms_norm_rope_kernel, T * heads, 64, 0, s, a, as, w, eps, inv, step, heads, head_dim, out, os);
   return 1;
 }
 
 int embed(cudaStream_t s, const WeightRef& w, const StepBuf* step, int T, int vocab, float scale, int n,
           float* out, int out_stride) {
-  embed_kernel<<<T, 256, 0, s>>>(w, step, vocab, scale, n, out, out_stride);
+  enqueue(embed_kernel, T, 256, 0, s, w, step, vocab, scale, n, out, out_stride);
   return 1;
 }
 
@@ -241,15 +250,15 @@ int rms_norm(cudaStream_t s, const float* a, int a_stride, const float* w, int n
              float* out, int out_stride, Q8Vec q8) {
   const int groups = n / group;
   const int threads = group <= 256 ? 64 : group <= 1024 ? 256 : 1024;
-  if (q8.q) rms_norm_kernel<true><<<rows * groups, threads, 0, s>>>(a, a_stride, w, groups, group, eps, out, out_stride, q8);
-  else rms_norm_kernel<false><<<rows * groups, threads, 0, s>>>(a, a_stride, w, groups, group, eps, out, out_stride, q8);
+  if (q8.q) enqueue(rms_norm_kernel<true>, rows * groups, threads, 0, s, a, a_stride, w, groups, group, eps, out, out_stride, q8);
+  else enqueue(rms_norm_kernel<false>, rows * groups, threads, 0, s, a, a_stride, w, groups, group, eps, out, out_stride, q8);
   return 1;
 }
 
 int gelu_mul(cudaStream_t s, const float* a, int as, const float* b, int bs, int b_col, int n, int rows,
              float* out, int os, Q8Vec q8) {
   if (q8.q) {
-    gelu_mul_q8_kernel<<<MB_BLOCKS(n, 256), 256, 0, s>>>(a, b + b_col, n, out, q8);
+    enqueue(gelu_mul_q8_kernel, MB_BLOCKS(n, 256), 256, 0, s, a, b + b_col, n, out, q8);
     return 1;
   }
   return launch_ew<Ew::GeluMul>(s, a, as, b + b_col, bs, 0.0f, n, rows, out, os);
@@ -264,12 +273,12 @@ int softcap(cudaStream_t s, const float* a, int as, float f, int n, int rows, fl
   return launch_ew<Ew::Softcap>(s, a, as, nullptr, 0, f, n, rows, out, os);
 }
 int copy_row(cudaStream_t s, const float* a, int n, float* out) {
-  copy_kernel<<<MB_BLOCKS(n, 256), 256, 0, s>>>(a, n, out);
+  enqueue(copy_kernel, MB_BLOCKS(n, 256), 256, 0, s, a, n, out);
   return 1;
 }
 int rope(cudaStream_t s, const float* a, int as, const float* inv, const StepBuf* step, int T, int heads,
          int head_dim, float* out, int os) {
-  rope_kernel<<<T * heads, 64, 0, s>>>(a, as, inv, step, heads, head_dim, out, os);
+  enqueue(rope_kernel, T * heads, 64, 0, s, a, as, inv, step, heads, head_dim, out, os);
   return 1;
 }
 

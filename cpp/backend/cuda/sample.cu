@@ -72,6 +72,7 @@ __device__ unsigned radix_select(const float* L, int V, unsigned floor_key, floa
 
 __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, int V, SampleArgs a,
                                                           const int* recent, float* work, int* result) {
+  pdl_entry();
   __shared__ float hist_f[kBins];
   __shared__ int hist_i[kBins];
   __shared__ float red_v[32];
@@ -172,6 +173,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
 
 int sample(cudaStream_t s, const float* logits, int vocab, const SampleArgs& a, const int* recent, float* work,
            int* result) {
+  // A plain launch: it follows the graph's launch, not a kernel (pdl_wait passes at once).
   sample_kernel<<<1, kThreads, 0, s>>>(logits, vocab, a, recent, work, result);
   return 1;
 }

@@ -36,7 +36,8 @@ __device__ void route_row(const float* l, const float* scale, int E, int k, floa
   __syncwarp();
   for (int e = lane; e < E; e += 32) p[e] /= sum;
   __syncwarp();
-  // k rounds of arg-max; ties go to the lower expert id, as the CPU's partial sort does.
+  // k rounds of arg-max; ties go to the lower expert id, as the CPU's partial sort does. After
+  // the butterfly every lane holds the round's winner, so each keeps the running sum itself.
   float ws = 0.0f;
   for (int j = 0; j < k; ++j) {
     float best = -1.0f;
@@ -48,19 +49,19 @@ __device__ void route_row(const float* l, const float* scale, int E, int k, floa
       const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
       if (ob > best || (ob == best && oi < bi)) { best = ob; bi = oi; }
     }
+    ws += best;
     if (lane == 0) {
       o[2 * j] = best;
       o[2 * j + 1] = static_cast<float>(bi);
-      ws += best;
       p[bi] = -2.0f;  // taken
     }
     __syncwarp();
   }
-  if (lane == 0)
-    for (int j = 0; j < k; ++j) {
-      const int e = static_cast<int>(o[2 * j + 1]);
-      o[2 * j] = o[2 * j] / ws * (scale ? scale[e] : 1.0f);
-    }
+  // Renormalise and scale, the k choices spread over the lanes (one round of loads, not k).
+  for (int j = lane; j < k; j += 32) {
+    const int e = static_cast<int>(o[2 * j + 1]);
+    o[2 * j] = o[2 * j] / ws * (scale ? scale[e] : 1.0f);
+  }
 }
 
 // One warp per token row.

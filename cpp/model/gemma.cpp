@@ -172,10 +172,11 @@ Graph GemmaModel::build(int T, bool all_logits) const {
     add(ple, ple, tok, L * P);
     op(OpKind::Scale, ple, ple, L * P).f = 1.0f / std::sqrt(2.0f);
   }
-  int rl = -1, route = -1, h2 = -1, m2 = -1, pg = -1;
+  int rl = -1, route = -1, rn = -1, h2 = -1, m2 = -1, pg = -1;
   if (c.n_experts > 0) {
     rl = g.add_slot(c.n_experts);
     route = g.add_slot(2 * c.n_experts_used);
+    rn = g.add_slot(H);
     h2 = g.add_slot(H);
     m2 = g.add_slot(H);
   }
@@ -218,11 +219,13 @@ Graph GemmaModel::build(int T, bool all_logits) const {
     if (c.n_experts > 0) {
       norm(m, m, H, W(blk(i, "post_ffw_norm_1.weight")), H, blk(i, "post_ffw_norm_1"));
       // Router: parameter-free norm of the residual, times router.scale / sqrt(H), projected.
-      norm(h2, x, H, router_norm_[i], H, blk(i, "router_norm"));
-      matmul(rl, h2, blk(i, "ffn_gate_inp.weight"));
+      // Both norms of x first (the router's input and the experts'), then the router: the three
+      // norms in a row are one launch where a backend chains row ops.
+      norm(rn, x, H, router_norm_[i], H, blk(i, "router_norm"));
+      norm(h2, x, H, W(blk(i, "pre_ffw_norm_2.weight")), H, blk(i, "pre_ffw_norm_2"));
+      matmul(rl, rn, blk(i, "ffn_gate_inp.weight"));
       Op& r = op(OpKind::MoeRoute, route, rl, 2 * c.n_experts_used, nullptr, blk(i, "moe_route"));
       r.k = c.n_experts_used; r.group = c.n_experts; r.w2 = W(blk(i, "ffn_down_exps.scale"));
-      norm(h2, x, H, W(blk(i, "pre_ffw_norm_2.weight")), H, blk(i, "pre_ffw_norm_2"));
       Op& e = op(OpKind::MoeExperts, m2, h2, H, W(blk(i, "ffn_gate_up_exps.weight")), blk(i, "moe_experts"));
       e.b = route; e.w2 = W(blk(i, "ffn_down_exps.weight")); e.k = c.expert_ffn_dim;
       e.heads = c.n_experts_used;

@@ -14,6 +14,7 @@
 #include <cfloat>
 
 #include "backend/cuda/attention_tc.h"
+#include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/q8.cuh"
 
 namespace markbase::cuda {
@@ -255,6 +256,157 @@ __global__ void attention_kernel(AttnArgs p) {
   }
 }
 
+// Decode (one token) over f16 caches: block (KV head, split) takes the split's positions in
+// chunks of kChunk; each chunk's keys and values arrive by cp.async into shared memory (one memory
+// round trip for the whole chunk), then
+//  - scores: lane p of warp w dots key p with the query rows g = w, w + 4, ... (the queries,
+//    pre-scaled, in shared memory as float32; keys read 16 bytes at a time from rows padded by 16
+//    bytes, so the lanes' rows fall in distinct banks);
+//  - softmax: warp w owns its rows' running max and sum (a row's 32 scores are one per lane);
+//  - P V: thread t owns columns t, t + 128, ... of every query row.
+// A split spans at least one chunk (len = max(kChunk, ceil(n / splits)) positions), so short
+// contexts use few splits; splits with no positions write m = -inf, which the combine skips.
+constexpr int kChunk = 32;
+constexpr int kDecThreads = 128;
+constexpr int kDecMaxG = 16;   // query heads per KV head
+constexpr int kDecCols = kMaxDim / kDecThreads;
+
+size_t decode_smem_bytes(int d, int G) {
+  return 2 * static_cast<size_t>(kChunk) * (d + 8) * sizeof(__half) + static_cast<size_t>(G) * d * sizeof(float) +
+         static_cast<size_t>(G) * kChunk * sizeof(float) + kDecMaxG * sizeof(float);
+}
+
+__global__ void __launch_bounds__(kDecThreads) attention_decode_kernel(AttnArgs p) {
+  pdl_entry();
+  extern __shared__ __align__(16) unsigned char dsm[];
+  const int d = p.c.head_dim, G = p.group, kd = d + 8;
+  __half* Ks = reinterpret_cast<__half*>(dsm);
+  __half* Vs = Ks + kChunk * kd;
+  float* Qs = reinterpret_cast<float*>(Vs + kChunk * kd);
+  float* Ps = Qs + G * d;
+  float* corr_s = Ps + G * kChunk;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int kvh = blockIdx.x, split = blockIdx.y;
+  const int pos = p.step->pos0;
+  const int first = p.window > 0 ? max(0, pos - p.window + 1) : 0;
+  const int n = pos - first + 1;
+  const int len = max(kChunk, (n + p.splits - 1) / p.splits);
+  const int lo = first + split * len, hi = min(lo + len, pos + 1);
+  float* part = p.scratch + static_cast<size_t>(kvh * G) * p.splits * (d + 2);  // row g at + g * splits * (d + 2)
+  if (lo >= hi) {  // no positions: the combine skips this split
+    if (threadIdx.x < G) part[(static_cast<size_t>(threadIdx.x) * p.splits + split) * (d + 2)] = -INFINITY;
+    return;
+  }
+  for (int i = threadIdx.x; i < G * d; i += kDecThreads) {
+    const int g = i / d, c = i - g * d;
+    Qs[i] = p.q[(kvh * G + g) * d + c] * p.scale;
+  }
+  const __half* kh = static_cast<const __half*>(p.c.k) + static_cast<size_t>(kvh) * p.c.capacity * d;
+  const __half* vh = static_cast<const __half*>(p.c.v) + static_cast<size_t>(kvh) * p.c.capacity * d;
+  constexpr int kRowsPerWarp = kDecMaxG / 4;
+  float m[kRowsPerWarp], l[kRowsPerWarp];
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) { m[i] = -INFINITY; l[i] = 0.0f; }
+  float acc[kDecMaxG][kDecCols];
+#pragma unroll
+  for (int g = 0; g < kDecMaxG; ++g)
+#pragma unroll
+    for (int j = 0; j < kDecCols; ++j) acc[g][j] = 0.0f;
+  const int d8 = d / 8;
+  for (int p0 = lo; p0 < hi; p0 += kChunk) {
+    const int np = min(kChunk, hi - p0);
+    __syncthreads();  // the previous chunk's readers are done
+    for (int u = threadIdx.x; u < kChunk * d8; u += kDecThreads) {
+      const int r = u / d8, c = (u - r * d8) * 8;
+      const bool ok = r < np;
+      const size_t off = static_cast<size_t>(cache_slot(p.c, ok ? p0 + r : p0)) * d + c;
+      cp_async16(Ks + r * kd + c, kh + off, ok);
+      cp_async16(Vs + r * kd + c, vh + off, ok);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    // scores of this lane's position for the warp's query rows
+    float sc[kRowsPerWarp];
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) sc[i] = 0.0f;
+    const __half* kr = Ks + lane * kd;
+    for (int c = 0; c < d; c += 8) {
+      const uint4 kw = *reinterpret_cast<const uint4*>(kr + c);
+      const float2 k0 = __half22float2(*reinterpret_cast<const __half2*>(&kw.x));
+      const float2 k1 = __half22float2(*reinterpret_cast<const __half2*>(&kw.y));
+      const float2 k2 = __half22float2(*reinterpret_cast<const __half2*>(&kw.z));
+      const float2 k3 = __half22float2(*reinterpret_cast<const __half2*>(&kw.w));
+#pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i) {
+        const int g = warp + 4 * i;
+        if (g < G) {
+          const float4 qa = *reinterpret_cast<const float4*>(Qs + g * d + c);
+          const float4 qb = *reinterpret_cast<const float4*>(Qs + g * d + c + 4);
+          sc[i] += qa.x * k0.x + qa.y * k0.y + qa.z * k1.x + qa.w * k1.y + qb.x * k2.x + qb.y * k2.y + qb.z * k3.x +
+                   qb.w * k3.y;
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      const int g = warp + 4 * i;
+      if (g >= G) continue;
+      const float s = lane < np ? sc[i] : -INFINITY;
+      const float mn = fmaxf(m[i], warp_max(s));  // finite: the chunk has a position
+      const float cr = expf(m[i] - mn);           // m = -inf on the first chunk: 0
+      const float e = lane < np ? expf(s - mn) : 0.0f;
+      l[i] = l[i] * cr + warp_sum(e);
+      m[i] = mn;
+      Ps[g * kChunk + lane] = e;
+      if (lane == 0) corr_s[g] = cr;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int g = 0; g < kDecMaxG; ++g) {
+      if (g >= G) break;
+      const float cr = corr_s[g];
+#pragma unroll
+      for (int j = 0; j < kDecCols; ++j) acc[g][j] *= cr;
+    }
+    for (int r = 0; r < np; ++r) {
+      float v[kDecCols];
+#pragma unroll
+      for (int j = 0; j < kDecCols; ++j) {
+        const int c = threadIdx.x + kDecThreads * j;
+        v[j] = c < d ? __half2float(Vs[r * kd + c]) : 0.0f;
+      }
+#pragma unroll
+      for (int g = 0; g < kDecMaxG; ++g) {
+        if (g >= G) break;
+        const float e = Ps[g * kChunk + r];
+#pragma unroll
+        for (int j = 0; j < kDecCols; ++j) acc[g][j] += e * v[j];
+      }
+    }
+  }
+  // This split's partial result per query row: m, l, then the unnormalised output.
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int g = warp + 4 * i;
+    if (g < G && lane == 0) {
+      float* sp = part + (static_cast<size_t>(g) * p.splits + split) * (d + 2);
+      sp[0] = m[i];
+      sp[1] = l[i];
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < kDecMaxG; ++g) {
+    if (g >= G) break;
+    float* sp = part + (static_cast<size_t>(g) * p.splits + split) * (d + 2) + 2;
+#pragma unroll
+    for (int j = 0; j < kDecCols; ++j) {
+      const int c = threadIdx.x + kDecThreads * j;
+      if (c < d) sp[c] = acc[g][j];
+    }
+  }
+}
+
 // One block per (token, head), one thread per output column: merges the splits' partial softmax
 // results. The first warp turns the splits' maxima and sums into one weight per split (the first
 // version recomputed them for every column, a chain of dependent loads that took ~30 us a layer
@@ -294,7 +446,8 @@ __global__ void attention_combine_kernel(const float* scratch, int heads, int d,
   float v = 0.0f;
   if (c < d) {
 #pragma unroll 8
-    for (int s = 0; s < splits; ++s) v += wt[s] * sp[s * (d + 2) + 2 + c];
+    for (int s = 0; s < splits; ++s)
+      if (wt[s] != 0.0f) v += wt[s] * sp[s * (d + 2) + 2 + c];  // uniform: wt is shared
     out[static_cast<size_t>(t) * os + h * d + c] = v;
   }
   if constexpr (Q8) q8_store_warp(v, h * d + c, c < d, q8);
@@ -307,6 +460,8 @@ size_t smem_bytes(int d, int warps) { return (static_cast<size_t>(kTile) * (2 * 
 size_t attention_smem_limit() {
   const size_t need = smem_bytes(kMaxDim, kMaxWarps);
   cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(need));
+  cudaFuncSetAttribute(attention_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       static_cast<int>(decode_smem_bytes(kMaxDim, kDecMaxG)));
   attention_tc_init();
   return need;
 }
@@ -341,6 +496,16 @@ int attention(cudaStream_t s, const CacheRef& c, const float* q, int qs, const S
   const int group = heads / c.kv_heads;
   const int rows = T * group, warps = std::min(kMaxWarps, rows);
   AttnArgs p{c, q, qs, step, T, heads, group, window, splits, warps, scale, out, os, scratch};
+  if (T == 1 && splits > 1 && c.f16 && group <= kDecMaxG && c.head_dim % 8 == 0) {  // decode, f16 caches
+    enqueue(attention_decode_kernel, dim3(c.kv_heads, splits), kDecThreads, decode_smem_bytes(c.head_dim, group), s, p);
+    const int threads = (c.head_dim + 31) / 32 * 32;
+    if (q8.q && c.head_dim % 32 == 0) {
+      enqueue(attention_combine_kernel<true>, heads, threads, 0, s, scratch, heads, c.head_dim, splits, out, os, q8);
+      return 2;
+    }
+    enqueue(attention_combine_kernel<false>, heads, threads, 0, s, scratch, heads, c.head_dim, splits, out, os, q8);
+    return q8.q ? 2 + quantize_q8(s, out, os, heads * c.head_dim, 1, q8, 0) : 2;
+  }
   const dim3 grid(MB_BLOCKS(rows, warps), c.kv_heads, splits);
   enqueue(attention_kernel, grid, kMaxWarps * 32, smem_bytes(c.head_dim, warps), s, p);
   const int threads = (c.head_dim + 31) / 32 * 32;

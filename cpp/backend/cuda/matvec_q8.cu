@@ -12,6 +12,10 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kRows = 2;  // rows per block: each activation unit load serves both
+// Very tall products (the LM head: 262144 rows) take 8 rows a block: at 2 rows, 131072 blocks of
+// little work each ran the head at about half the DRAM speed of the layers' products.
+constexpr int kTallRows = 8;
+constexpr int kTallN = 65536;
 
 // One row of `n` values per blockIdx.y; 32 consecutive values per warp (one q8 block).
 __global__ void quantize_q8_kernel(const float* a, int as, int n, Q8Vec q, int qs) {
@@ -80,6 +84,22 @@ __global__ void __launch_bounds__(kThreads) matvec_q8_kernel(MatvecJobs jobs, Q8
   }
 }
 
+template <int R>
+int launch_rows(cudaStream_t s, MatvecJobs jobs, Q8Vec x, int K) {
+  int rows = 0;
+  for (int i = 0; i < jobs.count; ++i) {
+    jobs.row0[i] = rows;
+    rows += (jobs.n[i] + R - 1) / R * R;  // a block never spans two weights
+  }
+  jobs.row0[jobs.count] = rows;
+  const unsigned blocks = rows / R;
+  switch (jobs.w[0].type) {
+    case MB_Q4_0: enqueue(matvec_q8_kernel<MB_Q4_0, R>, blocks, kThreads, 0, s, jobs, x, K); return 1;
+    case MB_Q8_0: enqueue(matvec_q8_kernel<MB_Q8_0, R>, blocks, kThreads, 0, s, jobs, x, K); return 1;
+  }
+  return 0;  // the backend checks has_q8_dot() first
+}
+
 }  // namespace
 
 int quantize_q8(cudaStream_t s, const float* a, int a_stride, int n, int rows, Q8Vec q, int q_stride) {
@@ -88,18 +108,9 @@ int quantize_q8(cudaStream_t s, const float* a, int a_stride, int n, int rows, Q
 }
 
 int matvec_q8(cudaStream_t s, MatvecJobs jobs, Q8Vec x, int K) {
-  int rows = 0;
-  for (int i = 0; i < jobs.count; ++i) {
-    jobs.row0[i] = rows;
-    rows += (jobs.n[i] + kRows - 1) / kRows * kRows;  // a block never spans two weights
-  }
-  jobs.row0[jobs.count] = rows;
-  const unsigned blocks = rows / kRows;
-  switch (jobs.w[0].type) {
-    case MB_Q4_0: enqueue(matvec_q8_kernel<MB_Q4_0, kRows>, blocks, kThreads, 0, s, jobs, x, K); return 1;
-    case MB_Q8_0: enqueue(matvec_q8_kernel<MB_Q8_0, kRows>, blocks, kThreads, 0, s, jobs, x, K); return 1;
-  }
-  return 0;  // the backend checks has_q8_dot() first
+  int n = 0;
+  for (int i = 0; i < jobs.count; ++i) n += jobs.n[i];
+  return n >= kTallN ? launch_rows<kTallRows>(s, jobs, x, K) : launch_rows<kRows>(s, jobs, x, K);
 }
 
 }  // namespace markbase::cuda

@@ -58,8 +58,10 @@ constexpr int kFinishThreads = 128;
 constexpr int kFinishPairs = kMaxDim / 2 / kFinishThreads;
 
 __global__ void __launch_bounds__(kFinishThreads) norm_rope_store_kernel(HeadFinishArgs p) {
-  pdl_entry();
+  pdl_trigger();
   const int t = blockIdx.x;
+  const int pos = p.step->pos0 + t;  // written by the host before the graph: readable before the wait
+  pdl_wait();
   int h = blockIdx.y, pi = 0;
 #pragma unroll
   for (int i = 0; i < kMaxHeadParts - 1; ++i)  // constant indices: the parts stay in parameter space
@@ -81,7 +83,6 @@ __global__ void __launch_bounds__(kFinishThreads) norm_rope_store_kernel(HeadFin
   }
   float r = 1.0f;
   if (part.norm) r = 1.0f / sqrtf(block_sum(ss) / d + part.eps);
-  const int pos = p.step->pos0 + t;
   float* y = part.out + static_cast<size_t>(t) * part.os + h * d;
   const size_t off = (static_cast<size_t>(h) * p.c.capacity + cache_slot(p.c, pos)) * d;
 #pragma unroll
@@ -277,7 +278,9 @@ size_t decode_smem_bytes(int d, int G) {
 }
 
 __global__ void __launch_bounds__(kDecThreads) attention_decode_kernel(AttnArgs p) {
-  pdl_entry();
+  pdl_trigger();
+  const int pos = p.step->pos0;  // written by the host before the graph: readable before the wait
+  pdl_wait();
   extern __shared__ __align__(16) unsigned char dsm[];
   const int d = p.c.head_dim, G = p.group, kd = d + 8;
   __half* Ks = reinterpret_cast<__half*>(dsm);
@@ -287,7 +290,6 @@ __global__ void __launch_bounds__(kDecThreads) attention_decode_kernel(AttnArgs 
   float* corr_s = Ps + G * kChunk;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int kvh = blockIdx.x, split = blockIdx.y;
-  const int pos = p.step->pos0;
   const int first = p.window > 0 ? max(0, pos - p.window + 1) : 0;
   const int n = pos - first + 1;
   const int len = max(kChunk, (n + p.splits - 1) / p.splits);
@@ -297,9 +299,23 @@ __global__ void __launch_bounds__(kDecThreads) attention_decode_kernel(AttnArgs 
     if (threadIdx.x < G) part[(static_cast<size_t>(threadIdx.x) * p.splits + split) * (d + 2)] = -INFINITY;
     return;
   }
-  for (int i = threadIdx.x; i < G * d; i += kDecThreads) {
-    const int g = i / d, c = i - g * d;
-    Qs[i] = p.q[(kvh * G + g) * d + c] * p.scale;
+  {  // the G query rows (contiguous), 16 bytes a load, all loads in flight before the first store
+    constexpr int kQLoads = kDecMaxG * kMaxDim / 4 / kDecThreads;
+    const float4* q4 = reinterpret_cast<const float4*>(p.q + static_cast<size_t>(kvh) * G * d);
+    const int n4 = G * d / 4;
+    float4 qv[kQLoads];
+#pragma unroll
+    for (int k = 0; k < kQLoads; ++k) {
+      const int i = threadIdx.x + kDecThreads * k;
+      if (i < n4) qv[k] = q4[i];
+    }
+#pragma unroll
+    for (int k = 0; k < kQLoads; ++k) {
+      const int i = threadIdx.x + kDecThreads * k;
+      if (i < n4)
+        reinterpret_cast<float4*>(Qs)[i] =
+            make_float4(qv[k].x * p.scale, qv[k].y * p.scale, qv[k].z * p.scale, qv[k].w * p.scale);
+    }
   }
   const __half* kh = static_cast<const __half*>(p.c.k) + static_cast<size_t>(kvh) * p.c.capacity * d;
   const __half* vh = static_cast<const __half*>(p.c.v) + static_cast<size_t>(kvh) * p.c.capacity * d;
@@ -445,7 +461,7 @@ __global__ void attention_combine_kernel(const float* scratch, int heads, int d,
   const int c = threadIdx.x;
   float v = 0.0f;
   if (c < d) {
-#pragma unroll 8
+#pragma unroll 16
     for (int s = 0; s < splits; ++s)
       if (wt[s] != 0.0f) v += wt[s] * sp[s * (d + 2) + 2 + c];  // uniform: wt is shared
     out[static_cast<size_t>(t) * os + h * d + c] = v;
@@ -496,7 +512,8 @@ int attention(cudaStream_t s, const CacheRef& c, const float* q, int qs, const S
   const int group = heads / c.kv_heads;
   const int rows = T * group, warps = std::min(kMaxWarps, rows);
   AttnArgs p{c, q, qs, step, T, heads, group, window, splits, warps, scale, out, os, scratch};
-  if (T == 1 && splits > 1 && c.f16 && group <= kDecMaxG && c.head_dim % 8 == 0) {  // decode, f16 caches
+  if (T == 1 && splits > 1 && c.f16 && group <= kDecMaxG && c.head_dim % 8 == 0 &&
+      (reinterpret_cast<uintptr_t>(q) & 15) == 0) {  // decode, f16 caches
     enqueue(attention_decode_kernel, dim3(c.kv_heads, splits), kDecThreads, decode_smem_bytes(c.head_dim, group), s, p);
     const int threads = (c.head_dim + 31) / 32 * 32;
     if (q8.q && c.head_dim % 32 == 0) {

@@ -56,10 +56,14 @@ fi
 if has kern; then  # decode per op, timed inside the CUDA graph (6-layer 26B-A4B file: one full layer)
   log "kernel table"
   python3 bench/make_synthetic_gguf.py $M/g4-26b-6L.gguf --preset 26b-a4b --layers 6 --type q4_0 > /dev/null 2>&1
+  # the clocks while it decodes (latency-bound kernels run at the SM clock the GPU picks)
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,utilization.gpu --format=csv,noheader -lms 250 \
+    > "$OUT/clocks.txt" 2>&1 & CLK=$!
   for pdl in 1 0; do
     MARKBASE_CUDA_PDL=$pdl "$BENCH" --model $M/g4-26b-6L.gguf --backend cuda --prompt-tokens 512 --gen-tokens 128 \
       --repeats 3 --json 2>/dev/null | sed "s/^{/{\"name\": \"6L_pdl$pdl\", /" | tee -a "$OUT/kern_bench.jsonl"
   done
+  kill $CLK 2>/dev/null
   MARKBASE_CUDA_PROFILE=1 "$BENCH" --model $M/g4-26b-6L.gguf --backend cuda --prompt-tokens 512 --gen-tokens 64 \
     --repeats 1 --json 2>&1 | grep "cuda profile" > "$OUT/kern_profile.txt"
   grep "T=1)" "$OUT/kern_profile.txt"
@@ -135,15 +139,23 @@ if has llama && wait_for /tmp/llama/done; then
   done
   tail -5 /tmp/llama/build.log >> "$OUT/run.log"
 fi
-# Nsight Compute on a few decode kernels of the 26B file (prefill launches skipped), into bench.err
-if has ncu && [ "$(left)" -gt 60 ] && [ -f $M/g4-26b-q4_0.gguf ]; then
+# Nsight Compute on the decode kernels of one token of the 6-layer file (kern stage), with the
+# warp stall reasons: what a latency-bound kernel waits on. Into ncu.txt.
+if has ncu && [ "$(left)" -gt 60 ] && [ -f $M/g4-26b-6L.gguf ]; then
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1)
-  for k in "attention_kernel 70 2" "attention_combine 70 1" "matvec_q8_kernel 130 3" "row_chain 100 1" "down_q8 40 1"; do
+  for k in "attention_decode_kernel 6 6" "attention_combine 6 2" "row_chain 9 3" "router_kernel 3 1" \
+           "matvec_q8_kernel 12 4" "gate_up_q8 3 1" "down_q8 3 1" "norm_rope_store 3 1"; do
     set -- $k
     [ "$(left)" -gt 30 ] || break
-    MARKBASE_CUDA_GRAPH=0 timeout $(( $(left) > 70 ? 60 : $(left) - 10 )) $NCU --clock-control none --section SpeedOfLight --section LaunchStats --section Occupancy \
-      -k "regex:$1" --launch-skip $2 -c $3 $BENCH --model $M/g4-26b-q4_0.gguf --backend cuda --prompt-tokens 512 \
-      --gen-tokens 4 --repeats 1 2>&1 | grep -E "^  [a-zA-Z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Registers Per|Block Size|Grid Size|Achieved Occupancy|Theoretical Occ|Dynamic Shared" >> "$OUT/bench.err"
+    MARKBASE_CUDA_GRAPH=0 timeout $(( $(left) > 70 ? 60 : $(left) - 10 )) $NCU --clock-control none \
+      --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+      -k "regex:$1" --launch-skip $2 -c $3 $BENCH --model $M/g4-26b-6L.gguf --backend cuda --prompt-tokens 512 \
+      --gen-tokens 4 --repeats 1 2>&1 | grep -vE "^==PROF==|^\{|^ *-+ *$|^ *$" >> "$OUT/ncu.txt"
   done
 fi
+# At most 8 files come back: the build log only on failure, the stderr logs folded into run.log.
+[ -s "$OUT/build.log" ] && grep -q FAILED "$OUT/run.log" || rm -f "$OUT/build.log"
+for f in bench.err llama.err; do
+  [ -f "$OUT/$f" ] && { echo "--- $f" >> "$OUT/run.log"; tail -40 "$OUT/$f" >> "$OUT/run.log"; rm -f "$OUT/$f"; }
+done
 log "end"

@@ -58,12 +58,13 @@ if has kern; then  # decode per op, timed inside the CUDA graph (6-layer 26B-A4B
   python3 bench/make_synthetic_gguf.py $M/g4-26b-6L.gguf --preset 26b-a4b --layers 6 --type q4_0 > /dev/null 2>&1
   # the clocks while it decodes (latency-bound kernels run at the SM clock the GPU picks)
   nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,utilization.gpu --format=csv,noheader -lms 250 \
-    > "$OUT/clocks.txt" 2>&1 & CLK=$!
+    > /tmp/clocks.txt 2>&1 & CLK=$!
   for pdl in 1 0; do
     MARKBASE_CUDA_PDL=$pdl "$BENCH" --model $M/g4-26b-6L.gguf --backend cuda --prompt-tokens 512 --gen-tokens 128 \
       --repeats 3 --json 2>/dev/null | sed "s/^{/{\"name\": \"6L_pdl$pdl\", /" | tee -a "$OUT/kern_bench.jsonl"
   done
   kill $CLK 2>/dev/null
+  { echo "SM clock samples while decoding (count, MHz):"; cut -d, -f2 /tmp/clocks.txt | sort | uniq -c; } >> "$OUT/run.log"
   MARKBASE_CUDA_PROFILE=1 "$BENCH" --model $M/g4-26b-6L.gguf --backend cuda --prompt-tokens 512 --gen-tokens 64 \
     --repeats 1 --json 2>&1 | grep "cuda profile" > "$OUT/kern_profile.txt"
   grep "T=1)" "$OUT/kern_profile.txt"

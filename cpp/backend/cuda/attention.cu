@@ -260,21 +260,28 @@ __global__ void attention_kernel(AttnArgs p) {
 // Decode (one token) over f16 caches: block (KV head, split) takes the split's positions in
 // chunks of kChunk; each chunk's keys and values arrive by cp.async into shared memory (one memory
 // round trip for the whole chunk), then
-//  - scores: lane p of warp w dots key p with the query rows g = w, w + 4, ... (the queries,
-//    pre-scaled, in shared memory as float32; keys read 16 bytes at a time from rows padded by 16
-//    bytes, so the lanes' rows fall in distinct banks);
-//  - softmax: warp w owns its rows' running max and sum (a row's 32 scores are one per lane);
-//  - P V: thread t owns columns t, t + 128, ... of every query row.
+//  - scores: warp w takes dims [w d / 8, (w + 1) d / 8) of every query row and of key p = lane
+//    (queries pre-scaled, float32 in shared memory; keys 16 bytes at a time from rows padded by
+//    16 bytes, so the lanes' rows fall in distinct banks); the 8 partial dots go through shared
+//    memory. Splitting d rather than the rows keeps all 8 warps busy for any group size: the first
+//    version (a warp per query row, 4 warps) ran 13.5 us a sliding layer on the H200, issue-bound
+//    with one warp per scheduler;
+//  - softmax: warp g % 8 owns row g's running max and sum (a row's 32 scores are one per lane);
+//  - P V: thread t owns columns t and t + 256 of every query row.
 // A split spans at least one chunk (len = max(kChunk, ceil(n / splits)) positions), so short
 // contexts use few splits; splits with no positions write m = -inf, which the combine skips.
 constexpr int kChunk = 32;
-constexpr int kDecThreads = 128;
-constexpr int kDecMaxG = 16;   // query heads per KV head
-constexpr int kDecCols = kMaxDim / kDecThreads;
+constexpr int kDecWarps = 8;
+constexpr int kDecThreads = 32 * kDecWarps;
+constexpr int kDecMaxG = 16;                        // query heads per KV head
+constexpr int kDecCols = kMaxDim / kDecThreads;     // output columns per thread
+constexpr int kDecRows = kDecMaxG / kDecWarps;      // softmax rows per warp
+
+bool decode_kernel_fits(int d, int G) { return G <= kDecMaxG && d % (8 * kDecWarps) == 0 && d <= kMaxDim; }
 
 size_t decode_smem_bytes(int d, int G) {
-  return 2 * static_cast<size_t>(kChunk) * (d + 8) * sizeof(__half) + static_cast<size_t>(G) * d * sizeof(float) +
-         static_cast<size_t>(G) * kChunk * sizeof(float) + kDecMaxG * sizeof(float);
+  return 2 * static_cast<size_t>(kChunk) * (d + 8) * sizeof(__half) +
+         (static_cast<size_t>(G) * d + static_cast<size_t>(kDecWarps + 1) * G * kChunk + kDecMaxG) * sizeof(float);
 }
 
 __global__ void __launch_bounds__(kDecThreads) attention_decode_kernel(AttnArgs p) {
@@ -282,11 +289,12 @@ __global__ void __launch_bounds__(kDecThreads) attention_decode_kernel(AttnArgs 
   const int pos = p.step->pos0;  // written by the host before the graph: readable before the wait
   pdl_wait();
   extern __shared__ __align__(16) unsigned char dsm[];
-  const int d = p.c.head_dim, G = p.group, kd = d + 8;
+  const int d = p.c.head_dim, G = p.group, kd = d + 8, dw = d / kDecWarps;
   __half* Ks = reinterpret_cast<__half*>(dsm);
   __half* Vs = Ks + kChunk * kd;
   float* Qs = reinterpret_cast<float*>(Vs + kChunk * kd);
-  float* Ps = Qs + G * d;
+  float* Sp = Qs + G * d;               // [warp][g][p] partial scores
+  float* Ps = Sp + kDecWarps * G * kChunk;  // [g][p] probabilities of the chunk
   float* corr_s = Ps + G * kChunk;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int kvh = blockIdx.x, split = blockIdx.y;
@@ -319,10 +327,9 @@ __global__ void __launch_bounds__(kDecThreads) attention_decode_kernel(AttnArgs 
   }
   const __half* kh = static_cast<const __half*>(p.c.k) + static_cast<size_t>(kvh) * p.c.capacity * d;
   const __half* vh = static_cast<const __half*>(p.c.v) + static_cast<size_t>(kvh) * p.c.capacity * d;
-  constexpr int kRowsPerWarp = kDecMaxG / 4;
-  float m[kRowsPerWarp], l[kRowsPerWarp];
+  float m[kDecRows], l[kDecRows];
 #pragma unroll
-  for (int i = 0; i < kRowsPerWarp; ++i) { m[i] = -INFINITY; l[i] = 0.0f; }
+  for (int i = 0; i < kDecRows; ++i) { m[i] = -INFINITY; l[i] = 0.0f; }
   float acc[kDecMaxG][kDecCols];
 #pragma unroll
   for (int g = 0; g < kDecMaxG; ++g)
@@ -331,44 +338,54 @@ __global__ void __launch_bounds__(kDecThreads) attention_decode_kernel(AttnArgs 
   const int d8 = d / 8;
   for (int p0 = lo; p0 < hi; p0 += kChunk) {
     const int np = min(kChunk, hi - p0);
+    const int slot0 = cache_slot(p.c, p0);  // a chunk's rows wrap at most once (kChunk <= capacity)
     __syncthreads();  // the previous chunk's readers are done
     for (int u = threadIdx.x; u < kChunk * d8; u += kDecThreads) {
       const int r = u / d8, c = (u - r * d8) * 8;
       const bool ok = r < np;
-      const size_t off = static_cast<size_t>(cache_slot(p.c, ok ? p0 + r : p0)) * d + c;
+      int slot = slot0 + (ok ? r : 0);
+      if (slot >= p.c.capacity) slot -= p.c.capacity;
+      const size_t off = static_cast<size_t>(slot) * d + c;
       cp_async16(Ks + r * kd + c, kh + off, ok);
       cp_async16(Vs + r * kd + c, vh + off, ok);
     }
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
-    // scores of this lane's position for the warp's query rows
-    float sc[kRowsPerWarp];
+    {  // partial scores over this warp's dims, key p = lane
+      float sc[kDecMaxG];
 #pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) sc[i] = 0.0f;
-    const __half* kr = Ks + lane * kd;
-    for (int c = 0; c < d; c += 8) {
-      const uint4 kw = *reinterpret_cast<const uint4*>(kr + c);
-      const float2 k0 = __half22float2(*reinterpret_cast<const __half2*>(&kw.x));
-      const float2 k1 = __half22float2(*reinterpret_cast<const __half2*>(&kw.y));
-      const float2 k2 = __half22float2(*reinterpret_cast<const __half2*>(&kw.z));
-      const float2 k3 = __half22float2(*reinterpret_cast<const __half2*>(&kw.w));
+      for (int g = 0; g < kDecMaxG; ++g) sc[g] = 0.0f;
+      const __half* kr = Ks + lane * kd + warp * dw;
+      const float* qw = Qs + warp * dw;
+      for (int c = 0; c < dw; c += 8) {
+        const uint4 kw = *reinterpret_cast<const uint4*>(kr + c);
+        const float2 k0 = __half22float2(*reinterpret_cast<const __half2*>(&kw.x));
+        const float2 k1 = __half22float2(*reinterpret_cast<const __half2*>(&kw.y));
+        const float2 k2 = __half22float2(*reinterpret_cast<const __half2*>(&kw.z));
+        const float2 k3 = __half22float2(*reinterpret_cast<const __half2*>(&kw.w));
 #pragma unroll
-      for (int i = 0; i < kRowsPerWarp; ++i) {
-        const int g = warp + 4 * i;
-        if (g < G) {
-          const float4 qa = *reinterpret_cast<const float4*>(Qs + g * d + c);
-          const float4 qb = *reinterpret_cast<const float4*>(Qs + g * d + c + 4);
-          sc[i] += qa.x * k0.x + qa.y * k0.y + qa.z * k1.x + qa.w * k1.y + qb.x * k2.x + qb.y * k2.y + qb.z * k3.x +
+        for (int g = 0; g < kDecMaxG; ++g) {
+          if (g >= G) break;
+          const float4 qa = *reinterpret_cast<const float4*>(qw + g * d + c);
+          const float4 qb = *reinterpret_cast<const float4*>(qw + g * d + c + 4);
+          sc[g] += qa.x * k0.x + qa.y * k0.y + qa.z * k1.x + qa.w * k1.y + qb.x * k2.x + qb.y * k2.y + qb.z * k3.x +
                    qb.w * k3.y;
         }
       }
-    }
 #pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) {
-      const int g = warp + 4 * i;
+      for (int g = 0; g < kDecMaxG; ++g)
+        if (g < G) Sp[(warp * G + g) * kChunk + lane] = sc[g];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kDecRows; ++i) {  // row g = warp + 8 i: sum the partials, softmax step
+      const int g = warp + kDecWarps * i;
       if (g >= G) continue;
-      const float s = lane < np ? sc[i] : -INFINITY;
+      float s = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kDecWarps; ++w) s += Sp[(w * G + g) * kChunk + lane];
+      s = lane < np ? s : -INFINITY;
       const float mn = fmaxf(m[i], warp_max(s));  // finite: the chunk has a position
       const float cr = expf(m[i] - mn);           // m = -inf on the first chunk: 0
       const float e = lane < np ? expf(s - mn) : 0.0f;
@@ -403,8 +420,8 @@ __global__ void __launch_bounds__(kDecThreads) attention_decode_kernel(AttnArgs 
   }
   // This split's partial result per query row: m, l, then the unnormalised output.
 #pragma unroll
-  for (int i = 0; i < kRowsPerWarp; ++i) {
-    const int g = warp + 4 * i;
+  for (int i = 0; i < kDecRows; ++i) {
+    const int g = warp + kDecWarps * i;
     if (g < G && lane == 0) {
       float* sp = part + (static_cast<size_t>(g) * p.splits + split) * (d + 2);
       sp[0] = m[i];
@@ -433,6 +450,7 @@ __global__ void attention_combine_kernel(const float* scratch, int heads, int d,
                                          Q8Vec q8) {
   pdl_entry();
   __shared__ float wt[kMaxSplits];
+  __shared__ int s_count;
   const int row = blockIdx.x, t = row / heads, h = row % heads;
   const float* sp = scratch + static_cast<size_t>(row) * splits * (d + 2);
   if (threadIdx.x < 32) {
@@ -443,7 +461,7 @@ __global__ void attention_combine_kernel(const float* scratch, int heads, int d,
     for (int i = 0; i < kMaxSplits / 32; ++i) {
       const int sidx = lane + 32 * i;
       m[i] = sidx < splits ? sp[sidx * (d + 2)] : -INFINITY;
-      l[i] = sidx < splits ? sp[sidx * (d + 2) + 1] : 0.0f;
+      l[i] = sidx < splits && m[i] != -INFINITY ? sp[sidx * (d + 2) + 1] : 0.0f;
       M = fmaxf(M, m[i]);
     }
     M = warp_max(M);
@@ -451,19 +469,34 @@ __global__ void attention_combine_kernel(const float* scratch, int heads, int d,
 #pragma unroll
     for (int i = 0; i < kMaxSplits / 32; ++i) L += m[i] != -INFINITY ? l[i] * expf(m[i] - M) : 0.0f;
     L = warp_sum(L);
+    int last = -1;  // the splits past the last one with positions are not read
 #pragma unroll
     for (int i = 0; i < kMaxSplits / 32; ++i) {
       const int sidx = lane + 32 * i;
-      if (sidx < splits) wt[sidx] = m[i] != -INFINITY ? expf(m[i] - M) / L : 0.0f;
+      const float w = m[i] != -INFINITY ? expf(m[i] - M) / L : 0.0f;
+      if (sidx < kMaxSplits) wt[sidx] = sidx < splits ? w : 0.0f;
+      if (sidx < splits && m[i] != -INFINITY) last = sidx;
     }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) last = max(last, __shfl_xor_sync(0xffffffffu, last, o));
+    if (lane == 0) s_count = last + 1;
   }
   __syncthreads();
-  const int c = threadIdx.x;
+  const int c = threadIdx.x, count = s_count;
   float v = 0.0f;
   if (c < d) {
-#pragma unroll 16
-    for (int s = 0; s < splits; ++s)
-      if (wt[s] != 0.0f) v += wt[s] * sp[s * (d + 2) + 2 + c];  // uniform: wt is shared
+    // 32 splits' loads in flight at a time (one memory round trip for up to 32 splits)
+    for (int s0 = 0; s0 < count; s0 += 32) {
+      float x[32];
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int sidx = s0 + i;
+        x[i] = sidx < count && wt[sidx] != 0.0f ? sp[sidx * (d + 2) + 2 + c] : 0.0f;
+      }
+#pragma unroll
+      for (int i = 0; i < 32; ++i)
+        if (s0 + i < count) v += wt[s0 + i] * x[i];
+    }
     out[static_cast<size_t>(t) * os + h * d + c] = v;
   }
   if constexpr (Q8) q8_store_warp(v, h * d + c, c < d, q8);
@@ -512,7 +545,7 @@ int attention(cudaStream_t s, const CacheRef& c, const float* q, int qs, const S
   const int group = heads / c.kv_heads;
   const int rows = T * group, warps = std::min(kMaxWarps, rows);
   AttnArgs p{c, q, qs, step, T, heads, group, window, splits, warps, scale, out, os, scratch};
-  if (T == 1 && splits > 1 && c.f16 && group <= kDecMaxG && c.head_dim % 8 == 0 &&
+  if (T == 1 && splits > 1 && c.f16 && decode_kernel_fits(c.head_dim, group) &&
       (reinterpret_cast<uintptr_t>(q) & 15) == 0) {  // decode, f16 caches
     enqueue(attention_decode_kernel, dim3(c.kv_heads, splits), kDecThreads, decode_smem_bytes(c.head_dim, group), s, p);
     const int threads = (c.head_dim + 31) / 32 * 32;

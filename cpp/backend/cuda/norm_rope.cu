@@ -176,27 +176,6 @@ constexpr int kChainThreads = 1024;
 
 __global__ void __launch_bounds__(kChainThreads) row_chain_kernel(RowChain c) {
   pdl_entry();
-  // Every operand that no earlier op of the chain writes is asked for in L1 now, so that the
-  // ops' loads, one op after another, hit L1 instead of each waiting on L2.
-#pragma unroll
-  for (int i = 0; i < kMaxRowOps; ++i) {
-    if (i >= c.count) break;
-    const RowOp& o = c.op[i];
-    const float* ops[2] = {o.a, o.kind == RowOpKind::Add ? o.b : o.w};
-#pragma unroll
-    for (const float* src : ops) {
-      bool ext = src != nullptr;
-#pragma unroll
-      for (int e = 0; e < kMaxRowOps; ++e)
-        if (e < i && c.op[e].out == src) ext = false;
-      if (!ext) continue;
-#pragma unroll
-      for (int k = 0; k < kChainPer; ++k) {
-        const int j = threadIdx.x + kChainThreads * k;
-        if (j < o.n) asm volatile("prefetch.global.L1 [%0];" ::"l"(src + j));
-      }
-    }
-  }
   float prev[kChainPer];
   const float* prev_out = nullptr;  // the previous op's output, held in prev[] ...
   int prev_n = 0;                   // ... for its first prev_n elements

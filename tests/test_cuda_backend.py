@@ -6,7 +6,8 @@ identical. Covered: tiny Gemma 3, Gemma 4 dense (PLE, KV sharing, double-wide ML
 RoPE) and Gemma 4 MoE models (tests/tiny_gemma.py) through the prefill kernels (chunks of 16
 tokens, ring caches wrapping) and through the decode kernels and graph replay (chunks of 1);
 every tensor type on synthetic GGUFs; a Gemma 3 270M-shaped and a Gemma 4 26B-A4B-shaped model
-(fewer layers); on-device sampling; the MoE host-routing debug switch.
+(fewer layers); the decode attention past 2048 positions; on-device sampling; the MoE
+host-routing debug switch.
 
 Where there is no usable NVIDIA GPU (or the build has no CUDA backend), backend="cuda" must raise
 markbase.BackendError, and every GPU test skips with the reason.
@@ -258,6 +259,28 @@ def test_int8_prefill_odd_widths(need_cuda, tmp_path):
     f16 = np.load(tmp_path / "f16.npy")
     assert rel_err(f16, want) < Q8_MAX_REL
     assert rel_err(got, f16) < Q8_MAX_REL
+
+
+def test_decode_attention_long_context(need_cuda, tmp_path):
+    """The decode attention over f16 caches (attention_decode_kernel: head dims that are multiples
+    of 64) past 2048 positions, where a split spans more than one 32-position chunk (the online
+    softmax across chunks) and a full layer uses all 64 splits; every token of a 2200-token
+    prompt goes through the decode graph (prefill chunk 1), against the CPU's precise mode with
+    the same f16 cache. 4 query heads per KV head, a 256-token window beside the full layer."""
+    import tiny_gemma
+    model = tiny_gemma.build_model("gemma3", hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=1, head_dim=64,
+                                   query_pre_attn_scalar=64, sliding_window=256, vocab_size=1000,
+                                   max_position_embeddings=8192,
+                                   layer_types=["sliding_attention", "full_attention"])
+    path = tiny_gemma.save_model(model, str(tmp_path / "g3-long"))
+    rng = np.random.default_rng(4)
+    ids = [2] + [int(x) for x in rng.integers(10, 1000, 2199)]
+    cpu, gpu = _pair(path, "f16", 1, max_context=4096)
+    want, got = np.asarray(cpu.logits(ids)), np.asarray(gpu.logits(ids))
+    assert np.isfinite(got).all()
+    assert rel_err(got, want) < MAX_REL
+    assert rel_err(got[2048:], want[2048:]) < MAX_REL  # the rows with multi-chunk splits
 
 
 def test_cuda_prefill_chunk_default(need_cuda, tiny_models):

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,12 +22,14 @@ struct Args {
   std::string model, backend = "auto";
   int threads = 0, prompt_tokens = 512, gen_tokens = 128, repeats = 3;
   bool json = false, bandwidth = false;
+  double device_gbs = 0.0;  // --read-bandwidth-gbs: a bandwidth measured elsewhere (a GPU's)
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "markbase-bench: %s\nusage: markbase-bench --model PATH [--backend auto|cpu|metal|cuda] "
-               "[--threads N] [--prompt-tokens N] [--gen-tokens N] [--repeats N] [--json] [--bandwidth]\n",
+               "[--threads N] [--prompt-tokens N] [--gen-tokens N] [--repeats N] [--json] [--bandwidth | "
+               "--read-bandwidth-gbs GBS]\n",
                why.c_str());
   std::exit(2);
 }
@@ -54,10 +57,17 @@ Args parse(int argc, char** argv) {
     else if (f == "--repeats") a.repeats = parse_int(f, val(), 1);
     else if (f == "--json") a.json = true;
     else if (f == "--bandwidth") a.bandwidth = true;
+    else if (f == "--read-bandwidth-gbs") {
+      const char* v = val();
+      char* end = nullptr;
+      a.device_gbs = std::strtod(v, &end);
+      if (!*v || *end || !(a.device_gbs > 0.0 && a.device_gbs < 1e6)) usage("bad value for " + f + ": " + v);
+    }
     else if (f == "-h" || f == "--help") usage("help");
     else usage("unknown argument " + f);
   }
   if (a.model.empty()) usage("--model is required");
+  if (a.bandwidth && a.device_gbs > 0) usage("--bandwidth and --read-bandwidth-gbs exclude each other");
   if (a.backend != "auto" && a.backend != "cpu" && a.backend != "metal" && a.backend != "cuda")
     usage("--backend must be auto, cpu, metal or cuda");
   return a;
@@ -105,6 +115,11 @@ int main(int argc, char** argv) {
     o.threads = a.threads;
     o.max_context = a.prompt_tokens + a.gen_tokens + 1;
     markbase::Engine e(a.model, o);
+    // --bandwidth measures this machine's RAM, which is the floor's bandwidth only on the CPU; a GPU
+    // backend's floor takes the device's bandwidth, measured elsewhere (--read-bandwidth-gbs).
+    if (a.bandwidth && e.backend_name() != "cpu")
+      throw std::runtime_error("--bandwidth measures this machine's RAM, not the " + e.backend_name() +
+                               " device's memory: pass the device's read bandwidth with --read-bandwidth-gbs");
     const int V = e.config().vocab_size;
     std::mt19937 rng(0);
     std::vector<int> prompt(a.prompt_tokens);
@@ -130,7 +145,7 @@ int main(int argc, char** argv) {
     const double p = median(pre), d = dec.empty() ? 0.0 : median(dec);
     const double wbytes = static_cast<double>(e.model().decode_weight_bytes());
     const int bw_threads = a.threads > 0 ? a.threads : static_cast<int>(std::thread::hardware_concurrency());
-    const double bw = a.bandwidth ? read_bandwidth_gbs(bw_threads) : 0.0;
+    const double bw = a.bandwidth ? read_bandwidth_gbs(bw_threads) : a.device_gbs;
     // Floor: weight bytes of one decode step over the measured bandwidth (KV cache not counted).
     const double floor_tok_s = bw > 0 ? bw * 1e9 / wbytes : 0.0;
     if (a.json) {
@@ -147,7 +162,8 @@ int main(int argc, char** argv) {
                   a.model.c_str(), e.backend_name().c_str(), p, a.prompt_tokens, d, a.gen_tokens,
                   peak_mib, e.waits_per_token(), e.ops_per_token(), wbytes / 1048576.0);
       if (bw > 0)
-        std::printf("read bandwidth: %.2f GB/s (%d threads)\ndecode floor: %.1f tok/s\n", bw, bw_threads, floor_tok_s);
+        std::printf("read bandwidth: %.2f GB/s (%s)\ndecode floor: %.1f tok/s\n", bw,
+                    a.bandwidth ? (std::to_string(bw_threads) + " threads").c_str() : "given", floor_tok_s);
     }
     return 0;
   } catch (const std::exception& ex) {

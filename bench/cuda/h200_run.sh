@@ -84,7 +84,7 @@ mb() {  # mb NAME FILE PROMPT GEN [env...]
   [ "$(left)" -gt 40 ] || { log "skip $name (time)"; return; }
   log "markbase $name"
   env "$@" timeout $(( $(left) - 20 )) "$BENCH" --model "$file" --backend cuda --prompt-tokens $p --gen-tokens $n \
-    --repeats 3 --json 2>>"$OUT/bench.err" | sed "s/^{/{\"name\": \"$name\", /" | tee -a "$OUT/bench.jsonl"
+    --repeats 3 --json ${BW:+--read-bandwidth-gbs $BW} 2>>"$OUT/bench.err" | sed "s/^{/{\"name\": \"$name\", /" | tee -a "$OUT/bench.jsonl"
 }
 
 if has bench; then  # the GPU's read bandwidth, for the floor: sum of a 4 GiB tensor, best of 10
@@ -94,6 +94,8 @@ x=torch.ones(1<<30,device='cuda');torch.cuda.synchronize();b=0
 for i in range(12):
   torch.cuda.synchronize();t=time.perf_counter();x.sum();torch.cuda.synchronize();b=max(b,4*(1<<30)/(time.perf_counter()-t)/1e9)
 print('{\"read_bandwidth_gbs\": %.1f}'%b)" 2>&1 | tee "$OUT/bandwidth.json"
+  # the device's bandwidth goes into every MarkBase row: its decode floor
+  BW=$(python3 -c "import json;print(json.load(open('$OUT/bandwidth.json'))['read_bandwidth_gbs'])" 2>/dev/null)
 fi
 # While llama.cpp builds (its compile jobs share the CPU, so only relative figures): the dense
 # model with the fusions and batched products off, and on.

@@ -94,14 +94,7 @@ __global__ void __launch_bounds__(kFinishThreads) norm_rope_store_kernel(HeadFin
       a0 *= part.w[j];
       a1 *= part.w[j + half];
     }
-    if (part.inv) {  // the angle in float, its cosine and sine in double, as the CPU op
-      double sd, cd;
-      sincos(static_cast<double>(static_cast<float>(pos) * part.inv[j]), &sd, &cd);
-      const float c = static_cast<float>(cd), sn = static_cast<float>(sd);
-      const float b0 = a0 * c - a1 * sn, b1 = a1 * c + a0 * sn;
-      a0 = b0;
-      a1 = b1;
-    }
+    if (part.inv) rope_pair(a0, a1, static_cast<float>(pos), part.inv[j]);
     y[j] = a0;
     y[j + half] = a1;
     if (part.cache && (p.c.ring || pos < p.c.capacity)) {  // (the host checks that the cache has room)
@@ -548,16 +541,10 @@ int attention(cudaStream_t s, const CacheRef& c, const float* q, int qs, const S
   if (T == 1 && splits > 1 && c.f16 && decode_kernel_fits(c.head_dim, group) &&
       (reinterpret_cast<uintptr_t>(q) & 15) == 0) {  // decode, f16 caches
     enqueue(attention_decode_kernel, dim3(c.kv_heads, splits), kDecThreads, decode_smem_bytes(c.head_dim, group), s, p);
-    const int threads = (c.head_dim + 31) / 32 * 32;
-    if (q8.q && c.head_dim % 32 == 0) {
-      enqueue(attention_combine_kernel<true>, heads, threads, 0, s, scratch, heads, c.head_dim, splits, out, os, q8);
-      return 2;
-    }
-    enqueue(attention_combine_kernel<false>, heads, threads, 0, s, scratch, heads, c.head_dim, splits, out, os, q8);
-    return q8.q ? 2 + quantize_q8(s, out, os, heads * c.head_dim, 1, q8, 0) : 2;
+  } else {
+    const dim3 grid(MB_BLOCKS(rows, warps), c.kv_heads, splits);
+    enqueue(attention_kernel, grid, kMaxWarps * 32, smem_bytes(c.head_dim, warps), s, p);
   }
-  const dim3 grid(MB_BLOCKS(rows, warps), c.kv_heads, splits);
-  enqueue(attention_kernel, grid, kMaxWarps * 32, smem_bytes(c.head_dim, warps), s, p);
   const int threads = (c.head_dim + 31) / 32 * 32;
   if (splits > 1 && q8.q && c.head_dim % 32 == 0) {
     enqueue(attention_combine_kernel<true>, T * heads, threads, 0, s, scratch, heads, c.head_dim, splits, out, os, q8);

@@ -84,6 +84,17 @@ __device__ __forceinline__ float4 weights4(int type, const mb_u8* row, int i, in
   return make_float4(r[0], r[1], r[2], r[3]);
 }
 
+// RoPE of one pair (x0, x1) = (x[j], x[j + d / 2]) at position pos with inverse frequency inv: the
+// angle in float, its cosine and sine in double, as the CPU op computes them.
+__device__ __forceinline__ void rope_pair(float& x0, float& x1, float pos, float inv) {
+  double sd, cd;
+  sincos(static_cast<double>(pos * inv), &sd, &cd);
+  const float c = static_cast<float>(cd), sn = static_cast<float>(sd);
+  const float y0 = x0 * c - x1 * sn, y1 = x1 * c + x0 * sn;
+  x0 = y0;
+  x1 = y1;
+}
+
 __device__ __forceinline__ float dot4(float4 a, float4 b) {
   return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
 }

@@ -85,8 +85,7 @@ __global__ void copy_kernel(const float* a, int n, float* out) {
   if (j < n) out[j] = a[j];
 }
 
-// One block per (token, head); the angle is computed in float (position times inverse
-// frequency) and its cosine and sine in double, as the CPU op does.
+// One block per (token, head); the rotation is rope_pair's (common.cuh), as the CPU op's.
 __global__ void rope_kernel(const float* a, int as, const float* inv, const StepBuf* step, int heads, int d,
                             float* out, int os) {
   pdl_entry();
@@ -95,13 +94,10 @@ __global__ void rope_kernel(const float* a, int as, const float* inv, const Step
   const float* x = a + static_cast<size_t>(t) * as + h * d;
   float* y = out + static_cast<size_t>(t) * os + h * d;
   for (int j = threadIdx.x; j < half; j += blockDim.x) {
-    const float ang = pos * inv[j];
-    double sd, cd;
-    sincos(static_cast<double>(ang), &sd, &cd);
-    const float c = static_cast<float>(cd), sn = static_cast<float>(sd);
-    const float x0 = x[j], x1 = x[j + half];
-    y[j] = x0 * c - x1 * sn;
-    y[j + half] = x1 * c + x0 * sn;
+    float x0 = x[j], x1 = x[j + half];
+    rope_pair(x0, x1, pos, inv[j]);
+    y[j] = x0;
+    y[j + half] = x1;
   }
 }
 
@@ -158,13 +154,11 @@ __global__ void rms_norm_rope_kernel(const float* a, int as, const float* w, flo
   const float r = 1.0f / sqrtf(ss / d + eps);
   const float pos = static_cast<float>(step->pos0 + t);
   for (int j = threadIdx.x; j < half; j += blockDim.x) {
-    const float x0 = w ? (x[j] * r) * w[j] : x[j] * r;
-    const float x1 = w ? (x[j + half] * r) * w[j + half] : x[j + half] * r;
-    double sd, cd;
-    sincos(static_cast<double>(pos * inv[j]), &sd, &cd);
-    const float c = static_cast<float>(cd), sn = static_cast<float>(sd);
-    y[j] = x0 * c - x1 * sn;
-    y[j + half] = x1 * c + x0 * sn;
+    float x0 = w ? (x[j] * r) * w[j] : x[j] * r;
+    float x1 = w ? (x[j + half] * r) * w[j + half] : x[j + half] * r;
+    rope_pair(x0, x1, pos, inv[j]);
+    y[j] = x0;
+    y[j + half] = x1;
   }
 }
 

@@ -142,6 +142,7 @@ class CudaBackend : public Backend {
     CK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     cuda::attention_smem_limit();
     cuda::matmul_q8_setup();
+    cuda::row_chain_setup();
     CK(cudaGetLastError());
     host_routing_ = env_flag("MARKBASE_CUDA_HOST_ROUTING", false);
     profile_ = env_flag("MARKBASE_CUDA_PROFILE", false);
@@ -571,7 +572,7 @@ class CudaBackend : public Backend {
 
   // A row op that a decode row chain can take (cuda::row_chain).
   static bool chainable(const Graph& g, const Op& op) {
-    if (op.out < 0 || g.T != 1 || g.rows(op.out) != 1 || op.n > 1024 * cuda::kChainPer) return false;
+    if (op.out < 0 || g.T != 1 || g.rows(op.out) != 1 || op.n > cuda::kChainMaxN || op.n % 4 != 0) return false;
     return (op.kind == OpKind::RmsNorm && op.group == op.n) || op.kind == OpKind::Add || op.kind == OpKind::Scale;
   }
 
@@ -632,7 +633,7 @@ class CudaBackend : public Backend {
         std::vector<size_t> chain;
         for (size_t j = oi; j < g.ops.size() && chain.size() < static_cast<size_t>(cuda::kMaxRowOps); ++j) {
           if (done[j]) continue;  // a product launched earlier with its batch
-          if (!chainable(g, g.ops[j])) break;
+          if (!chainable(g, g.ops[j]) || g.ops[j].n != op.n) break;
           chain.push_back(j);
         }
         if (chain.size() >= 2) {

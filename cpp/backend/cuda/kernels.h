@@ -96,10 +96,11 @@ int rms_norm_add(cudaStream_t s, const float* a, int a_stride, const float* w, i
                  float* out, int out_stride, float* x, int x_stride, Q8Vec q8 = {}, float scale_x = 1.0f);
 int rms_norm_rope(cudaStream_t s, const float* a, int a_stride, const float* w, float eps, const float* inv_freq,
                   const StepBuf* step, int T, int heads, int head_dim, float* out, int out_stride);
-// A run of row ops of one token (decode) in one launch: one block of 1024 threads does the ops in
-// order, a barrier between them, so a chain of post-norm, residual add, layer scalar and the next
-// norm costs one launch. RmsNorm here has one group (group == n). q8 (when set): the last op's
-// output is also quantized (q8_n % 32 == 0).
+// A run of row ops of one token (decode) in one launch: one block does the ops in order, on copies
+// of the rows in shared memory (norm_rope.cu), so a chain of post-norm, residual add, layer scalar
+// and the next norm costs one launch. RmsNorm here has one group (group == n). Every op of a chain
+// has the same n, a multiple of 4 and at most kChainMaxN; rows are 16-byte aligned. q8 (when set):
+// the last op's output is also quantized (n % 32 == 0). row_chain_setup(): once per process.
 enum class RowOpKind { Norm, Add, Scale };
 struct RowOp {
   RowOpKind kind = RowOpKind::Add;
@@ -111,12 +112,13 @@ struct RowOp {
   float* out = nullptr;
 };
 constexpr int kMaxRowOps = 8;
-constexpr int kChainPer = 4;  // rows of at most 4096 values (kChainPer per thread of 1024)
+constexpr int kChainMaxN = 4096;
 struct RowChain {
   RowOp op[kMaxRowOps];
   int count = 0;
   Q8Vec q8;
 };
+void row_chain_setup();
 int row_chain(cudaStream_t s, const RowChain& c);
 int gelu_mul(cudaStream_t s, const float* a, int a_stride, const float* b, int b_stride, int b_col,
              int n, int rows, float* out, int out_stride, Q8Vec q8 = {});  // q8: as rms_norm's

@@ -233,8 +233,9 @@ class CpuBackend : public Backend {
   void rope(const Graph& g, const Op& op, const Step& step, const float* a, int as, float* out, int os) {
     const int d = op.group, half = d / 2;
     const std::vector<float>& inv = g.rope_tables[op.table];
-    // llama.cpp's angles (pos * s^i by repeated multiplication) where the table is plain powers.
-    if (opt_.llamacpp_exact && static_cast<int>(inv.size()) >= half && half > 1 && inv[0] == 1.0f) {
+    // llama.cpp's angles (pos * s^i by repeated multiplication) where the table is plain powers
+    // of s over the whole head (not a partial or proportional rotation, not scaled).
+    if (opt_.llamacpp_exact && plain_rope_table(inv, half)) {
       rows_parallel(g.T, op.heads * d, [&](int t) {
         cpu::llx::rope(a + t * as, out + t * os, op.heads, d, step.pos0 + t, inv[1]);
       });
@@ -255,6 +256,13 @@ class CpuBackend : public Backend {
         }
       }
     });
+  }
+
+  static bool plain_rope_table(const std::vector<float>& inv, int half) {
+    if (static_cast<int>(inv.size()) < half || half < 2 || inv[0] != 1.0f) return false;
+    for (int j = 1; j < half; ++j)
+      if (!(std::fabs(inv[j] - std::pow(static_cast<double>(inv[1]), j)) <= 1e-5 * inv[j])) return false;
+    return true;
   }
 
   static int cache_slot(const CacheDesc& c, int pos) { return c.ring ? pos % c.capacity : pos; }

@@ -18,8 +18,16 @@ extra); nothing here reads files outside ``tests/``.
    ``m.generate`` must equal llama.cpp's detokenization of MarkBase's ids. The stored ids check
    the live oracle itself.
 
-Why the top-1 and greedy bars are not "98 % of all positions" / "identical 16 tokens"
-(MARKBASE_LLAMACPP_STRICT=1 asserts those anyway): this model's argmax is very sensitive to
+Modes: "default" (MarkBase's own fast kernels), "precise" (float32 activations) and "exact"
+(``match_llamacpp=True``: llama.cpp's own arithmetic, cpp/backend/cpu/llamacpp_exact.h). The exact
+mode is held to the issue's strict bars -- top-1 >= 98 % of all positions, 16 identical greedy
+tokens -- and more: every teacher-forced row's log-probs equal llama.cpp's bit for bit, and greedy
+decoding after 700 tokens (past the window) gives llama.cpp's tokens. That holds where
+llama-cpp-python's native build runs its AVX2 kernels (an x86-64 CPU with AVX2 and without
+AVX-512, like the CI machines); elsewhere the exact mode gets the default bars.
+
+Why the default and precise modes' top-1 and greedy bars are not "98 % of all positions" /
+"identical 16 tokens" (MARKBASE_LLAMACPP_STRICT=1 asserts those anyway): this model's argmax is very sensitive to
 rounding. Measured on this text (llama-cpp-python 0.3.36, AVX2 build), against llama.cpp's
 default configuration (F16 KV cache, no flash attention):
   * llama.cpp, n_batch 128 / 2048 or n_ubatch 64: bit-identical (top-1 100 %, KL ~1e-9).
@@ -34,7 +42,7 @@ llama.cpp's CPU path does, moved MarkBase default from 95.4 % to 95.7 %; against
 F32 KV cache, MarkBase default with an F32 KV cache agrees 94.9 % and precise 95.6 %. Any 1-ulp
 difference flips some 8-bit activation roundings, and the flips grow layer by layer to this noise
 floor, so only bit-identical kernels (same summation orders as llama.cpp's tinyBLAS, repacked
-and vec_dot paths) would reach 98 % overall.
+and vec_dot paths) reach 98 % overall: that is the exact mode (sixth session: 100 %).
 The llama.cpp variants and MarkBase precise flip only where llama.cpp's margin is below 0.5 nats
 (MarkBase default: one flip at 1.02, position 529), and on the positions with margin >= 0.2 all of
 these agree >= 99.1 %. In greedy decoding the three prompts have steps with logit margins of
@@ -95,7 +103,29 @@ WINDOW = 512  # Gemma 3 sliding window
 MODES = {
     "default": dict(backend="cpu", threads=N_THREADS),
     "precise": dict(backend="cpu", threads=N_THREADS, precise=True),
+    "exact": dict(backend="cpu", threads=N_THREADS, match_llamacpp=True),
 }
+
+
+def _cpu_flags():
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+# match_llamacpp reproduces llama.cpp's x86-64 AVX2 kernels. llama-cpp-python builds llama.cpp for
+# the host's own instruction set, so on a CPU with AVX-512 it runs other summation orders (16
+# lanes) and the exact mode is held to the default bars there.
+_FLAGS = _cpu_flags()
+LLAMACPP_AVX2_BUILD = {"avx2", "fma", "f16c"} <= _FLAGS and "avx512f" not in _FLAGS
+
+
+def _strict(mode):
+    return STRICT or (mode == "exact" and LLAMACPP_AVX2_BUILD)
 
 
 def _log(msg):
@@ -210,7 +240,7 @@ def _top2_margin(logp):
     return out
 
 
-def _compare(ref_logp, other, label, ref_margin=None, sink=_log):
+def _compare(ref_logp, other, label, ref_margin=None, sink=_log, identical=False):
     """top-1 agreement and per-row KL(ref || other). ref_logp: log-probs; other: raw logits
     (any float array of the same shape; it is not modified)."""
     n = ref_logp.shape[0]
@@ -220,12 +250,15 @@ def _compare(ref_logp, other, label, ref_margin=None, sink=_log):
     assert other.shape == ref_logp.shape, (other.shape, ref_logp.shape)
     same = np.empty(n, bool)
     kl = np.empty(n, np.float64)
+    n_identical = 0
     for a in range(0, n, ROW_CHUNK):
         r = ref_logp[a:a + ROW_CHUNK]
         o = np.array(other[a:a + ROW_CHUNK], dtype=np.float32)  # copy: chunk only
         assert np.isfinite(o).all(), f"{label}: non-finite logits in rows {a}..{a + len(o) - 1}"
         same[a:a + len(r)] = r.argmax(axis=1) == o.argmax(axis=1)
         _log_softmax_rows_inplace(o)
+        if identical:
+            n_identical += int((o == r).all(axis=1).sum())
         kl[a:a + len(r)] = (np.exp(r) * (r - o)).sum(axis=1, dtype=np.float64)
     late = np.arange(n) >= WINDOW
     res = dict(n=n, top1=float(same.mean()), mean_kl=float(kl.mean()),
@@ -236,7 +269,7 @@ def _compare(ref_logp, other, label, ref_margin=None, sink=_log):
                argmax_kl=int(kl.argmax()),
                top1_after_window=float(same[WINDOW:].mean()) if n > WINDOW else float("nan"),
                mean_kl_after_window=float(kl[WINDOW:].mean()) if n > WINDOW else float("nan"),
-               mismatches=np.flatnonzero(~same).tolist()[:20])
+               mismatches=np.flatnonzero(~same).tolist()[:20], identical_rows=n_identical)
     sink(f"{label}: " + ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
                                   for k, v in res.items()))
     return res
@@ -354,6 +387,8 @@ def test_tokenize_english_text(mb, llm_vocab, english_text):
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_teacher_forced_logits(gguf_path, llama_ref, mode):
+    if mode == "exact" and "avx2" not in _FLAGS:
+        pytest.skip("match_llamacpp needs an x86-64 CPU with AVX2")
     m = _markbase_model(gguf_path, mode)
     ids = llama_ref["text_ids"]
     assert list(m.tokenize(DATA.joinpath("english_text.txt").read_text(encoding="utf-8"))) == ids
@@ -362,16 +397,20 @@ def test_teacher_forced_logits(gguf_path, llama_ref, mode):
     _log(f"markbase ({mode}) logits of {len(ids)} tokens: {time.perf_counter() - t0:.2f} s")
     assert isinstance(logits, np.ndarray) and logits.dtype == np.float32
     res = _compare(llama_ref["logp"], logits, f"llama.cpp vs markbase[{mode}]",
-                   llama_ref["margin"])
+                   llama_ref["margin"], identical=True)
     del logits
     gc.collect()
+    top1_all = 0.98 if _strict(mode) else MIN_TOP1_ALL
     assert res["mean_kl"] <= MAX_MEAN_KL, res
     assert res["top1_decisive"] >= MIN_TOP1_DECISIVE, res
-    assert res["top1"] >= MIN_TOP1_ALL, res
+    assert res["top1"] >= top1_all, res
     # Past the sliding window (where SWA layers must drop old keys) the bars are the same.
     assert res["mean_kl_after_window"] <= MAX_MEAN_KL, res
     assert res["top1_decisive_after_window"] >= MIN_TOP1_DECISIVE, res
-    assert res["top1_after_window"] >= MIN_TOP1_ALL, res
+    assert res["top1_after_window"] >= top1_all, res
+    if mode == "exact" and LLAMACPP_AVX2_BUILD:
+        # llama.cpp's own arithmetic: every row's log-probs are llama.cpp's, bit for bit.
+        assert res["identical_rows"] == res["n"], res
 
 
 # ----------------------------------------------------------------------------------------------
@@ -393,6 +432,8 @@ def test_llamacpp_oracle_reproduces_stored_greedy(llama_ref, greedy_data):
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("idx", [0, 1, 2])
 def test_greedy_matches_llamacpp(gguf_path, llama_ref, llm_vocab, mode, idx):
+    if mode == "exact" and "avx2" not in _FLAGS:
+        pytest.skip("match_llamacpp needs an x86-64 CPU with AVX2")
     m = _markbase_model(gguf_path, mode)
     ref = llama_ref["greedy"][idx]
     prompt = ref["prompt"]
@@ -400,10 +441,33 @@ def test_greedy_matches_llamacpp(gguf_path, llama_ref, llm_vocab, mode, idx):
     got = [int(t) for t in m.generate_tokens(m.tokenize(prompt), max_tokens=GREEDY_TOKENS,
                                              temperature=0)]
     part = _check_greedy(got, ref["ids"], ref["rows"], f"markbase[{mode}] {prompt!r}",
-                         GREEDY_TIE_TOL)
+                         0.0 if _strict(mode) else GREEDY_TIE_TOL)
     text = m.generate(prompt, max_tokens=GREEDY_TOKENS, temperature=0)
     want = ref["text"] if part is None else _detok(llm_vocab, got).decode("utf-8")
     assert text == want, f"{prompt!r}: {text!r} != {want!r} (ids {got})"
+
+
+@pytest.mark.skipif(not LLAMACPP_AVX2_BUILD, reason="llama.cpp's AVX2 kernels only (this CPU has "
+                    "AVX-512 or no AVX2)")
+def test_exact_greedy_past_window(gguf_path, llama_ref):
+    """Decoding after a prompt longer than the sliding window (the ring buffer has wrapped): the
+    single-token paths (vec_dot, the Q4_K gemv, F16 attention with four accumulators) give
+    llama.cpp's tokens."""
+    ids = llama_ref["text_ids"][:700]
+    llm = _llama_full(gguf_path)
+    rows = []
+    want = _llama_greedy(llm, ids, GREEDY_TOKENS, rows)
+    llm.close()
+    m = _markbase_model(gguf_path, "exact")
+    got = [int(t) for t in m.generate_tokens(ids, max_tokens=GREEDY_TOKENS, temperature=0)]
+    assert got == want
+
+
+def test_match_llamacpp_argument_errors(gguf_path):
+    with pytest.raises(ValueError, match="precise"):
+        markbase.Model.load(gguf_path, backend="cpu", precise=True, match_llamacpp=True)
+    with pytest.raises(ValueError, match="kv_cache"):
+        markbase.Model.load(gguf_path, backend="cpu", kv_cache="f32", match_llamacpp=True)
 
 
 # ----------------------------------------------------------------------------------------------

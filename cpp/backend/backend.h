@@ -14,6 +14,7 @@ struct BackendOptions {
   int threads = 0;          // 0: all cores
   bool kv_f16 = true;       // KV cache storage: float16 (default) or float32
   bool precise = false;     // float32 activations everywhere (the reference mode)
+  bool llamacpp_exact = false;  // CPU: llama.cpp's own arithmetic (backend/cpu/llamacpp_exact.h)
 };
 
 // What a backend needs to draw the next token on the device (runtime/sampler.h's semantics:

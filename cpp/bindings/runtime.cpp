@@ -143,17 +143,19 @@ void init_runtime(py::module_& m) {
   py::class_<Engine>(m, "Engine")
       .def(py::init([](const std::string& path, const std::string& backend, int threads,
                        int max_context, const std::string& quant, const std::string& kv_cache,
-                       bool precise, int prefill_chunk) {
+                       bool precise, int prefill_chunk, bool match_llamacpp) {
              EngineOptions o;
              o.backend = backend; o.threads = threads; o.max_context = max_context;
              o.quant = quant; o.kv_cache = kv_cache; o.precise = precise;
              o.prefill_chunk = prefill_chunk;
+             o.llamacpp_exact = match_llamacpp;
              py::gil_scoped_release nogil;
              return std::make_unique<Engine>(path, o);
            }),
            py::arg("path"), py::arg("backend") = "auto", py::arg("threads") = 0,
            py::arg("max_context") = 4096, py::arg("quant") = "", py::arg("kv_cache") = "f16",
-           py::arg("precise") = false, py::arg("prefill_chunk") = 0)
+           py::arg("precise") = false, py::arg("prefill_chunk") = 0,
+           py::arg("match_llamacpp") = false)
       .def_property_readonly("config", [](const Engine& e) { return config_dict(e.config()); })
       .def_property_readonly("backend", &Engine::backend_name)
       .def_property_readonly("max_context", &Engine::max_context)

@@ -59,8 +59,13 @@ Engine::Engine(const std::string& path, const EngineOptions& opt) : opt_(opt) {
   bo.threads = opt.threads;
   bo.kv_f16 = opt.kv_cache == "f16";
   bo.precise = opt.precise;
+  bo.llamacpp_exact = opt.llamacpp_exact;
+  if (opt.llamacpp_exact && opt.precise) throw std::invalid_argument("match_llamacpp and precise exclude each other");
+  if (opt.llamacpp_exact && !bo.kv_f16) throw std::invalid_argument("match_llamacpp needs kv_cache='f16' (llama.cpp's default)");
   backend_ = create_backend(opt.backend, bo);  // fails fast on an unavailable backend
   backend_name_ = backend_->name();
+  if (opt.llamacpp_exact && backend_name_ != "cpu")
+    throw std::invalid_argument("match_llamacpp is an option of the CPU backend, not of '" + backend_name_ + "'");
   if (opt_.prefill_chunk == 0) opt_.prefill_chunk = backend_->preferred_prefill_chunk();
   // MARKBASE_HOST_SAMPLING=1 samples on the host even where the backend could on the device.
   const char* hs = std::getenv("MARKBASE_HOST_SAMPLING");

@@ -20,6 +20,7 @@ struct EngineOptions {
   std::string quant;           // "", "q8_0", "q4_0"
   std::string kv_cache = "f16";
   bool precise = false;
+  bool llamacpp_exact = false;  // CPU only: compute as llama.cpp's CPU backend, bit for bit
   int prefill_chunk = 0;       // tokens per prefill step; 0: the backend's choice
 };
 

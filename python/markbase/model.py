@@ -29,13 +29,17 @@ class Model:
     @classmethod
     def load(cls, path: str | os.PathLike | None = None, backend: str = "auto", threads: int | None = None,
              max_context: int = 4096, quant: str | None = None, kv_cache: str = "f16",
-             precise: bool = False, prefill_chunk: int | None = None, progress: bool = False) -> "Model":
+             precise: bool = False, prefill_chunk: int | None = None, progress: bool = False,
+             match_llamacpp: bool = False) -> "Model":
         """Load a .gguf file, a Hugging Face directory, or (path=None) the default model.
 
         backend: "auto" | "cpu" | "metal" | "cuda"; quant: None | "q8_0" | "q4_0" (Hugging Face
         float weights); kv_cache: "f16" | "f32"; precise: float32 activations everywhere;
         prefill_chunk: tokens per prefill step (None: the backend's choice, 512 on CUDA and 256
-        elsewhere)."""
+        elsewhere); match_llamacpp (CPU backend, x86-64 with AVX2): compute as llama.cpp's CPU
+        backend does, rounding for rounding, so that logits agree with llama.cpp's bit for bit
+        on the tensor types it covers (Q8_0, Q5_0, Q4_0, Q4_K, Q6_K) and prefill runs in
+        llama.cpp's 512-token micro-batches unless prefill_chunk says otherwise."""
         if path is None:
             from .default_model import default_model_path
             path = default_model_path(progress=progress)
@@ -57,7 +61,7 @@ class Model:
             raise ValueError(f"prefill_chunk must be a positive integer, got {prefill_chunk!r}")
         engine = _core.Engine(path, backend=backend, threads=threads or 0, max_context=max_context,
                               quant=quant or "", kv_cache=kv_cache, precise=precise,
-                              prefill_chunk=prefill_chunk or 0)
+                              prefill_chunk=prefill_chunk or 0, match_llamacpp=bool(match_llamacpp))
         hf_tok = None
         hf_dir = None
         if os.path.isdir(path):

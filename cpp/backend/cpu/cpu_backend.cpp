@@ -3,6 +3,8 @@
 // eight rows at a time into a small per-thread panel; never a whole tensor).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -11,6 +13,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/attention.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/llamacpp_exact.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/thread_pool.h"
@@ -40,7 +43,10 @@ class CpuCaches : public KVCaches {
 class CpuBackend : public Backend {
  public:
   explicit CpuBackend(const BackendOptions& o)
-      : opt_(o), pool_(o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency())) {}
+      : opt_(o), pool_(o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency())) {
+    if (o.llamacpp_exact && !cpu::llx::available())
+      throw std::runtime_error("match_llamacpp: llama.cpp's arithmetic is reproduced for x86-64 CPUs with AVX2, FMA and F16C only");
+  }
 
   std::string name() const override { return "cpu"; }
   std::unique_ptr<KVCaches> make_caches(const std::vector<CacheDesc>& d) override {
@@ -51,6 +57,8 @@ class CpuBackend : public Backend {
     rope_.erase(&g);
   }
   int ops_last_run() const override { return ops_; }
+  // llama.cpp's default micro-batch: its Q4_K and Q6_K kernels depend on the rows of a batch.
+  int preferred_prefill_chunk() const override { return opt_.llamacpp_exact ? 512 : 256; }
   int waits_last_run() const override { return 0; }
 
   const float* run(const Graph& g, const Step& step, KVCaches& kv) override {
@@ -65,8 +73,18 @@ class CpuBackend : public Backend {
       if (bufs[i].size() != n) bufs[i].assign(n, 0.0f);
     }
     ops_ = 0;
+    static const char* dump = std::getenv("MARKBASE_CPU_DUMP");
     for (const Op& op : g.ops) {
       exec(g, op, step, caches, bufs);
+      if (dump && op.out >= 0) {
+        const int r = g.rows(op.out), c = g.slots[op.out].cols;
+        const std::string f = std::string(dump) + "/" + std::to_string(1000 + ops_).substr(1) + "_" + op.label +
+                              "_" + std::to_string(r) + "x" + std::to_string(c) + ".f32";
+        if (FILE* fp = std::fopen(f.c_str(), "wb")) {
+          std::fwrite(bufs[op.out].data(), sizeof(float), static_cast<size_t>(r) * c, fp);
+          std::fclose(fp);
+        }
+      }
       ++ops_;
     }
     return bufs[g.logits].data();
@@ -118,7 +136,12 @@ class CpuBackend : public Backend {
             const int t = static_cast<int>(i / groups), gi = static_cast<int>(i % groups);
             const float* x = a + t * as + gi * G;
             float* y = out + t * os + gi * G;
-            const double ss = cpu::sum_squares(x, G);
+            double ss = 0.0;
+            if (opt_.llamacpp_exact) {  // ggml's order: float squares into a double, one by one
+              for (int j = 0; j < G; ++j) ss += static_cast<double>(x[j] * x[j]);
+            } else {
+              ss = cpu::sum_squares(x, G);
+            }
             const float r = 1.0f / std::sqrt(static_cast<float>(ss / G) + op.f);
             for (int j = 0; j < G; ++j) y[j] = w ? (x[j] * r) * w[j] : x[j] * r;
           }
@@ -126,13 +149,17 @@ class CpuBackend : public Backend {
         break;
       }
       case OpKind::MatMul:
-        matmul(*op.w, a, as, rows, out, os, op.n);
+        if (opt_.llamacpp_exact && cpu::llx::matmul_supported(op.w->type))
+          cpu::llx::matmul(pool_, *op.w, a, as, rows, out, os, op.n);
+        else
+          matmul(*op.w, a, as, rows, out, os, op.n);
         break;
       case OpKind::GeluMul: {
         const float* b = bufs[op.b].data();
         const int bs = g.slots[op.b].cols;
         rows_parallel(rows, op.n, [&](int t) {
-          cpu::gelu_mul(a + t * as, b + t * bs + op.b_col, out + t * os, op.n);
+          if (opt_.llamacpp_exact) cpu::llx::geglu(a + t * as, b + t * bs + op.b_col, out + t * os, op.n);
+          else cpu::gelu_mul(a + t * as, b + t * bs + op.b_col, out + t * os, op.n);
         });
         break;
       }
@@ -205,6 +232,15 @@ class CpuBackend : public Backend {
 
   void rope(const Graph& g, const Op& op, const Step& step, const float* a, int as, float* out, int os) {
     const int d = op.group, half = d / 2;
+    const std::vector<float>& inv = g.rope_tables[op.table];
+    // llama.cpp's angles (pos * s^i by repeated multiplication) where the table is plain powers
+    // of s over the whole head (not a partial or proportional rotation, not scaled).
+    if (opt_.llamacpp_exact && plain_rope_table(inv, half)) {
+      rows_parallel(g.T, op.heads * d, [&](int t) {
+        cpu::llx::rope(a + t * as, out + t * os, op.heads, d, step.pos0 + t, inv[1]);
+      });
+      return;
+    }
     const RopeAngles& r = rope_angles(g, op.table, step);
     if (r.n < half) throw std::logic_error("rope table shorter than half the head dim");
     rows_parallel(g.T, op.heads * d, [&](int t) {
@@ -220,6 +256,13 @@ class CpuBackend : public Backend {
         }
       }
     });
+  }
+
+  static bool plain_rope_table(const std::vector<float>& inv, int half) {
+    if (static_cast<int>(inv.size()) < half || half < 2 || inv[0] != 1.0f) return false;
+    for (int j = 1; j < half; ++j)
+      if (!(std::fabs(inv[j] - std::pow(static_cast<double>(inv[1]), j)) <= 1e-5 * inv[j])) return false;
+    return true;
   }
 
   static int cache_slot(const CacheDesc& c, int pos) { return c.ring ? pos % c.capacity : pos; }
@@ -270,7 +313,8 @@ class CpuBackend : public Backend {
     args.v = kv.f16 ? static_cast<const void*>(kv.v16[op.layer].data()) : kv.v32[op.layer].data();
     args.capacity = c.capacity;
     args.ring = c.ring;
-    cpu::attention(pool_, args);
+    if (opt_.llamacpp_exact && kv.f16 && op.group % 32 == 0) cpu::llx::attention(pool_, args);
+    else cpu::attention(pool_, args);
   }
 
   // softmax over all experts, top-k, renormalise, times the per-expert scale.

@@ -41,6 +41,16 @@ __device__ __forceinline__ void prefetch_l2(const void* p, size_t n) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(c + o));
 }
 
+// *p += v, returning the old value, with release and acquire semantics at device scope: the
+// "last block done" counters (the writes before it are visible to the block that sees the final
+// count, and that block sees theirs). Lighter than __threadfence() (a sequentially consistent
+// fence) followed by atomicAdd.
+__device__ __forceinline__ unsigned atomic_add_acq_rel(unsigned* p, unsigned v) {
+  unsigned old;
+  asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

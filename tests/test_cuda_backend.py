@@ -196,10 +196,10 @@ def test_gemma4_26b_a4b_shape(need_cuda, tmp_path, qtype):
 Q8_MAX_REL = 3e-2
 
 
-def _check_default_mode(tmp_path, preset, qtype, n_tok, chunk):
+def _check_default_mode(tmp_path, preset, qtype, n_tok, chunk, vocab=4096):
     """Default mode (8-bit activations) on a 2-layer synthetic GGUF against the CPU's precise
     mode, in chunks of `chunk` tokens; returns the ids, the GPU model and its logits."""
-    path, summary, rng = _synthetic(tmp_path, f"{preset}-{qtype}", preset=preset, layers=2, vocab=4096, qtype=qtype)
+    path, summary, rng = _synthetic(tmp_path, f"{preset}-{qtype}", preset=preset, layers=2, vocab=vocab, qtype=qtype)
     try:
         ids = _ids(summary, n_tok, rng)
         cpu, gpu = _pair(str(path), "f16", chunk, precise=False, threads=None)
@@ -226,6 +226,15 @@ def test_q8_decode_default_mode(need_cuda, tmp_path, preset, qtype):
     toks = _greedy(gpu, ids, 3)
     assert toks[0] == int(np.argmax(got[-1])), (toks, int(np.argmax(got[-1])))
     assert gpu.stats()["host_waits_per_token"] == 1
+
+
+@pytest.mark.parametrize("qtype", ["q4_0", "q8_0"])
+def test_q8_decode_tall_lm_head(need_cuda, tmp_path, qtype):
+    """A vocabulary past 65536 rows: the LM head through the staged kernel (rows copied to shared
+    memory by cp.async, matvec_q8.cu), with a last block of one row (65541 = 4 * 16385 + 1)."""
+    ids, gpu, got = _check_default_mode(tmp_path, "e2b", qtype, 6, 1, vocab=65541)
+    assert got.shape[1] == 65541
+    assert _greedy(gpu, ids, 2)[0] == int(np.argmax(got[-1]))
 
 
 @pytest.mark.parametrize("preset,qtype", [("e2b", "q4_0"), ("e2b", "q8_0"), ("26b-a4b", "q4_0")])

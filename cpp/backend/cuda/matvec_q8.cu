@@ -5,6 +5,9 @@
 // loads before the first use, so that enough bytes are in flight per SM to run at DRAM speed.
 // One launch may serve several weights that read the same vector (q/k/v, gate/up): their rows
 // are concatenated in the grid, each block staying within one weight.
+#include <cstdlib>
+
+#include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/q8.cuh"
 
 namespace markbase::cuda {
@@ -19,6 +22,11 @@ constexpr int kRows = 4;
 // H200, against 168 at 8 rows, 187 at 2 and 226 at 16.
 constexpr int kTallRows = 4;
 constexpr int kTallN = 65536;
+// MARKBASE_CUDA_TALL_STAGED=0: the LM head through the unit-load kernel (for A/B timing).
+const bool tall_staged_ = [] {
+  const char* e = std::getenv("MARKBASE_CUDA_TALL_STAGED");
+  return !(e && e[0] == '0');
+}();
 
 // One row of `n` values per blockIdx.y; 32 consecutive values per warp (one q8 block).
 __global__ void quantize_q8_kernel(const float* a, int as, int n, Q8Vec q, int qs) {
@@ -87,6 +95,80 @@ __global__ void __launch_bounds__(kThreads) matvec_q8_kernel(MatvecJobs jobs, Q8
   }
 }
 
+// Very tall products (the LM head) read more bytes than anything else in a decode step, and the
+// unit loads above fetch them 2 bytes at a time (18- and 34-byte blocks are only 2-byte
+// aligned): 158 us a token for 415 MB, 2.6 TB/s. Here a block's R rows, contiguous in memory
+// (rows of 16-byte multiples), arrive in shared memory by 16-byte cp.async copies issued before
+// the programmatic wait, and the units are read from there.
+template <int TYPE>
+__device__ __forceinline__ WUnit load_w_unit_shared(const mb_u8* row, int u) {
+  WUnit w;
+  const int b = u >> 1, h = u & 1;
+  const unsigned short* p = reinterpret_cast<const unsigned short*>(row + (TYPE == MB_Q4_0 ? 18 : 34) * b);
+  auto u32 = [&](int i) { return static_cast<unsigned>(p[i]) | (static_cast<unsigned>(p[i + 1]) << 16); };
+  w.d = p[0];
+  if constexpr (TYPE == MB_Q4_0) {
+    w.w[0] = u32(1 + 4 * h);
+    w.w[1] = u32(3 + 4 * h);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w.w[i] = u32(1 + 8 * h + 2 * i);
+  }
+  return w;
+}
+
+template <int TYPE, int R>
+__global__ void __launch_bounds__(kThreads) matvec_q8_tall_kernel(WeightRef w, int n, float* out, Q8Vec x, int K) {
+  pdl_trigger();
+  extern __shared__ __align__(16) mb_u8 srows[];
+  const int n0 = blockIdx.x * R, nr = min(R, n - n0);
+  const int vecs = nr * static_cast<int>(w.row_bytes / 16);
+  const mb_u8* src = w.data + static_cast<size_t>(n0) * w.row_bytes;
+  for (int i = threadIdx.x; i < vecs; i += kThreads) cp_async16(srows + 16 * i, src + 16 * static_cast<size_t>(i), true);
+  cp_async_commit();
+  pdl_wait();
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  cp_async_wait<0>();
+  __syncthreads();
+  const int units = K / 16;
+  for (int u = threadIdx.x; u < units; u += kThreads) {
+    const XUnit xu = load_x_unit<TYPE>(x.q, x.d, u);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (r < nr) acc[r] += unit_dot<TYPE>(load_w_unit_shared<TYPE>(srows + r * w.row_bytes, u), xu);
+  }
+  __shared__ float part[kThreads / 32][R];
+  warp_partials(acc, part);
+  if (static_cast<int>(threadIdx.x) < nr) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kThreads / 32; ++i) sum += part[i][threadIdx.x];
+    out[n0 + threadIdx.x] = sum;
+  }
+}
+
+constexpr int kTallStagedRows = 4;
+constexpr size_t kTallStagedSmem = 48 * 1024;  // without raising the kernel's shared-memory limit
+
+bool tall_staged_fits(const MatvecJobs& jobs) {
+  const WeightRef& w = jobs.w[0];
+  return jobs.count == 1 && (w.type == MB_Q4_0 || w.type == MB_Q8_0) && w.row_bytes % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && kTallStagedRows * w.row_bytes <= kTallStagedSmem;
+}
+
+int launch_tall_staged(cudaStream_t s, const MatvecJobs& jobs, Q8Vec x, int K) {
+  constexpr int R = kTallStagedRows;
+  const WeightRef& w = jobs.w[0];
+  const int n = jobs.n[0];
+  const unsigned blocks = (n + R - 1) / R;
+  const size_t smem = R * w.row_bytes;
+  if (w.type == MB_Q4_0) enqueue(matvec_q8_tall_kernel<MB_Q4_0, R>, blocks, kThreads, smem, s, w, n, jobs.out[0], x, K);
+  else enqueue(matvec_q8_tall_kernel<MB_Q8_0, R>, blocks, kThreads, smem, s, w, n, jobs.out[0], x, K);
+  return 1;
+}
+
 template <int R>
 int launch_rows(cudaStream_t s, MatvecJobs jobs, Q8Vec x, int K) {
   int rows = 0;
@@ -113,6 +195,7 @@ int quantize_q8(cudaStream_t s, const float* a, int a_stride, int n, int rows, Q
 int matvec_q8(cudaStream_t s, MatvecJobs jobs, Q8Vec x, int K) {
   int n = 0;
   for (int i = 0; i < jobs.count; ++i) n += jobs.n[i];
+  if (n >= kTallN && tall_staged_fits(jobs) && tall_staged_) return launch_tall_staged(s, jobs, x, K);
   return n >= kTallN ? launch_rows<kTallRows>(s, jobs, x, K) : launch_rows<kRows>(s, jobs, x, K);
 }
 

@@ -463,6 +463,31 @@ def test_exact_greedy_past_window(gguf_path, llama_ref):
     assert got == want
 
 
+@pytest.mark.skipif(not LLAMACPP_AVX2_BUILD, reason="llama.cpp's AVX2 kernels only (this CPU has "
+                    "AVX-512 or no AVX2)")
+def test_exact_q4_0_file(gguf_path, llama_ref, tmp_path):
+    """The same model requantized by llama.cpp to Q4_0 (llama.cpp runs those weights through its
+    repacked q4_0_8x8 kernels: one FMA per block): 600 teacher-forced rows identical."""
+    out = tmp_path / "g3-q4_0.gguf"
+    p = llama_cpp.llama_model_quantize_default_params()
+    p.ftype = 2  # LLAMA_FTYPE_MOSTLY_Q4_0
+    p.allow_requantize = True
+    p.nthread = N_THREADS
+    assert llama_cpp.llama_model_quantize(gguf_path.encode(), str(out).encode(), ctypes.byref(p)) == 0
+    ids = llama_ref["text_ids"][:600]
+    llm = _llama_full(str(out))
+    llm.reset()
+    llm.eval(ids)
+    want = np.array(llm.scores[: len(ids)])
+    llm.close()
+    m = markbase.Model.load(str(out), **MODES["exact"])
+    types = {t.type for name, t in markbase.open(str(out)).tensors.items() if name.endswith("attn_q.weight")}
+    assert types == {"Q4_0"}, types
+    got = np.asarray(m.logits(ids))
+    same = (got == want).all(axis=1)
+    assert same.all(), (int(same.sum()), len(ids), float(np.abs(got - want).max()))
+
+
 def test_match_llamacpp_argument_errors(gguf_path):
     with pytest.raises(ValueError, match="precise"):
         markbase.Model.load(gguf_path, backend="cpu", precise=True, match_llamacpp=True)

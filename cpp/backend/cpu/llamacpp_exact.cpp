@@ -116,6 +116,20 @@ LX float dot_q0(const RowQ0& w, const BlockQ8* a, int64_t nb) {
   return hsum8(acc);
 }
 
+// Q4_0 in llama.cpp's repacked layout (AVX2, weights with a multiple of 8 rows): the gemm and
+// gemv kernels take each block's whole integer sum, one FMA per block on one accumulator.
+LX float dot_q0_blocks(const RowQ0& w, const BlockQ8* a, int64_t nb) {
+  float acc = 0.0f;
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t i = 0; i < nb; ++i) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(&w.q[i * 32]));
+    const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].qs));
+    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+    acc = fmaf_(static_cast<float>(hsum_i32(_mm256_madd_epi16(ones, p))), w.d[i] * a[i].d, acc);
+  }
+  return acc;
+}
+
 // ---- K-quants against Q8_K activations (256-value super-blocks).
 
 struct RowK {
@@ -282,11 +296,13 @@ void matmul(ThreadPool& pool, const TensorView& w, const float* a, int a_stride,
   pool.parallel_for(T, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) quantize_act_q8(a + t * a_stride, &q[t * nb], K);
   });
+  const bool repacked = ty == TensorType::Q4_0 && N % 8 == 0;  // llama.cpp's q4_0_8x8 kernels
   pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
     thread_local RowQ0 r;
     for (int64_t n = n0; n < n1; ++n) {
       unpack_q0(ty, w.data + n * rb, nb, r);
-      for (int t = 0; t < T; ++t) out[t * out_stride + n] = dot_q0(r, &q[t * nb], nb);
+      for (int t = 0; t < T; ++t)
+        out[t * out_stride + n] = repacked ? dot_q0_blocks(r, &q[t * nb], nb) : dot_q0(r, &q[t * nb], nb);
     }
   });
 }

@@ -56,11 +56,20 @@ struct CacheDesc {
   bool ring = false;
 };
 
+// How a RoPE table's angles arise, as llama.cpp computes them (a backend that reproduces llama.cpp's
+// rounding uses it; the others use the table): angle_i = freq_scale * (theta_i / factor_i), with
+// theta_0 = pos and theta_{i+1} = theta_i * theta_scale in float32. theta_scale == 0: unknown.
+struct RopeSpec {
+  float theta_scale = 0.0f, freq_scale = 1.0f;
+  std::vector<float> factors;  // per pair; empty: all 1
+};
+
 struct Graph {
   int T = 1;                              // tokens per step
   std::vector<Slot> slots;
   std::vector<Op> ops;
   std::vector<std::vector<float>> rope_tables;  // inverse frequencies per table
+  std::vector<RopeSpec> rope_specs;             // the same tables as llama.cpp builds them
   int logits = -1;                        // slot holding the logits
   int vocab = 0;
 

@@ -71,6 +71,15 @@ Value gguf_root(const ModelFile& f) {
   return Value(std::move(o));
 }
 
+// As llama.cpp's ggml_rope: theta_scale = powf(freq_base, -2 / n_dims) in float32.
+static RopeSpec llama_rope_spec(double base, int n_dims, double freq_scale, std::vector<float> factors) {
+  RopeSpec s;
+  s.theta_scale = std::pow(static_cast<float>(base), -2.0f / static_cast<float>(n_dims));
+  s.freq_scale = static_cast<float>(freq_scale);
+  s.factors = std::move(factors);
+  return s;
+}
+
 std::vector<float> rope_freqs(int head_dim, double theta, double divide, int rotated_pairs) {
   std::vector<float> inv(head_dim / 2, 0.0f);
   for (int j = 0; j < head_dim / 2 && j < rotated_pairs; ++j)
@@ -192,6 +201,9 @@ ModelConfig from_gguf(const ModelFile& f) {
     for (int j = 0; j < hd_full / 2 && 2 * j < n_rot; ++j)
       c.rope_inv_freq_full[j] =
           static_cast<float>(std::pow(theta, -2.0 * j / n_rot) / static_cast<double>(factors[j]));
+    // llama.cpp rotates n_rot dims with its own pairing: the spec holds only when it is the head.
+    if (n_rot_swa == hd_swa) c.rope_spec_sliding = llama_rope_spec(theta_swa, hd_swa, 1.0, {});
+    if (n_rot == hd_full) c.rope_spec_full = llama_rope_spec(theta, hd_full, 1.0, rf ? factors : std::vector<float>{});
     for (int i = 0; i < c.n_layers; ++i) {
       LayerConfig& l = c.layers[i];
       const bool shared = i >= c.n_layers - c.n_kv_shared_layers;
@@ -208,6 +220,8 @@ ModelConfig from_gguf(const ModelFile& f) {
     if (factor <= 0) k.fail("rope.scaling.factor", "must be positive");
     c.rope_inv_freq_sliding = rope_freqs(hd_swa, theta_swa, 1.0, hd_swa / 2);
     c.rope_inv_freq_full = rope_freqs(hd_full, theta, factor, hd_full / 2);
+    c.rope_spec_sliding = llama_rope_spec(theta_swa, hd_swa, 1.0, {});
+    c.rope_spec_full = llama_rope_spec(theta, hd_full, 1.0 / factor, {});
     for (int i = 0; i < c.n_layers; ++i) c.layers[i].kv_layer = i;
   }
   const Value* toks = root.find("tokenizer.ggml.tokens");

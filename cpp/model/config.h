@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "formats/model_file.h"
+#include "graph/graph.h"
 
 namespace markbase {
 
@@ -27,6 +28,7 @@ struct ModelConfig {
   std::vector<LayerConfig> layers;
   // RoPE, per layer type: inverse frequencies of each rotated pair (neox pairing i, i + d/2).
   std::vector<float> rope_inv_freq_sliding, rope_inv_freq_full;
+  RopeSpec rope_spec_sliding, rope_spec_full;  // GGUF files: the same angles as llama.cpp forms them
   float attn_scale = 1.0f;          // multiplies q.k
   float final_softcap = 0.0f;       // 0: none
   bool v_norm = false;              // Gemma 4: parameter-free RMSNorm on V

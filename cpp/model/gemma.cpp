@@ -135,6 +135,7 @@ Graph GemmaModel::build(int T, bool all_logits) const {
   g.T = T;
   g.vocab = c.vocab_size;
   g.rope_tables = {c.rope_inv_freq_sliding, c.rope_inv_freq_full};
+  g.rope_specs = {c.rope_spec_sliding, c.rope_spec_full};
   // Slots are reused by every layer: a layer's temporaries are dead once it ends.
   const int x = g.add_slot(H), h = g.add_slot(H), q = g.add_slot(max_q), kr = g.add_slot(max_kv),
             k = g.add_slot(max_kv), vr = g.add_slot(max_kv), v = g.add_slot(max_kv),

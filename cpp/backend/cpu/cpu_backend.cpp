@@ -177,6 +177,14 @@ class CpuBackend : public Backend {
         });
         break;
       case OpKind::Softcap:
+        if (opt_.llamacpp_exact) {  // llama.cpp: scale by 1/cap, tanhf, scale by cap
+          const float inv = 1.0f / op.f;
+          for (int t = 0; t < rows; ++t)
+            pool_.parallel_for(op.n, 8192, [&](int64_t j0, int64_t j1) {
+              for (int64_t j = j0; j < j1; ++j) out[t * os + j] = tanhf(a[t * as + j] * inv) * op.f;
+            });
+          break;
+        }
         for (int t = 0; t < rows; ++t)
           pool_.parallel_for(op.n, 8192, [&](int64_t j0, int64_t j1) {
             cpu::softcap(a + t * as + j0, out + t * os + j0, j1 - j0, op.f);
@@ -232,14 +240,17 @@ class CpuBackend : public Backend {
 
   void rope(const Graph& g, const Op& op, const Step& step, const float* a, int as, float* out, int os) {
     const int d = op.group, half = d / 2;
-    const std::vector<float>& inv = g.rope_tables[op.table];
-    // llama.cpp's angles (pos * s^i by repeated multiplication) where the table is plain powers
-    // of s over the whole head (not a partial or proportional rotation, not scaled).
-    if (opt_.llamacpp_exact && plain_rope_table(inv, half)) {
-      rows_parallel(g.T, op.heads * d, [&](int t) {
-        cpu::llx::rope(a + t * as, out + t * os, op.heads, d, step.pos0 + t, inv[1]);
-      });
-      return;
+    // llama.cpp's angles (repeated multiplication, its frequency factors) where the graph says
+    // how llama.cpp forms them.
+    if (opt_.llamacpp_exact && op.table < static_cast<int>(g.rope_specs.size())) {
+      const RopeSpec& spec = g.rope_specs[op.table];
+      if (spec.theta_scale > 0.0f && (spec.factors.empty() || static_cast<int>(spec.factors.size()) >= half)) {
+        rows_parallel(g.T, op.heads * d, [&](int t) {
+          cpu::llx::rope(a + t * as, out + t * os, op.heads, d, step.pos0 + t, spec.theta_scale, spec.freq_scale,
+                         spec.factors.empty() ? nullptr : spec.factors.data());
+        });
+        return;
+      }
     }
     const RopeAngles& r = rope_angles(g, op.table, step);
     if (r.n < half) throw std::logic_error("rope table shorter than half the head dim");
@@ -256,13 +267,6 @@ class CpuBackend : public Backend {
         }
       }
     });
-  }
-
-  static bool plain_rope_table(const std::vector<float>& inv, int half) {
-    if (static_cast<int>(inv.size()) < half || half < 2 || inv[0] != 1.0f) return false;
-    for (int j = 1; j < half; ++j)
-      if (!(std::fabs(inv[j] - std::pow(static_cast<double>(inv[1]), j)) <= 1e-5 * inv[j])) return false;
-    return true;
   }
 
   static int cache_slot(const CacheDesc& c, int pos) { return c.ring ? pos % c.capacity : pos; }

@@ -31,7 +31,7 @@ bool available() {
 
 bool matmul_supported(TensorType t) {
   return t == TensorType::Q8_0 || t == TensorType::Q5_0 || t == TensorType::Q4_0 || t == TensorType::Q4_K ||
-         t == TensorType::Q6_K;
+         t == TensorType::Q6_K || t == TensorType::F16;
 }
 
 namespace {
@@ -265,6 +265,11 @@ LX float dot_q6k(const RowK& w, const BlockQ8K* a, int64_t nb, bool tiled) {
   return tiled ? acc1 : hsum8(acc);
 }
 
+// F16 rows against activations rounded to float16 (ggml's vec_dot_type for F16): tinyBLAS (one
+// accumulator of 8 lanes, hsum8) when several tokens and row counts allow it, else vec_dot_f16
+// (four accumulators, reduce4, leftovers added in double).
+LX float dot_f16(const uint16_t* w, const uint16_t* x, int64_t K, bool tinyblas);
+
 }  // namespace
 
 void matmul(ThreadPool& pool, const TensorView& w, const float* a, int a_stride, int T, float* out,
@@ -272,6 +277,19 @@ void matmul(ThreadPool& pool, const TensorView& w, const float* a, int a_stride,
   const int64_t K = w.cols();
   const size_t rb = w.row_stride();
   const TensorType ty = w.type;
+  if (ty == TensorType::F16) {
+    std::vector<uint16_t> x(static_cast<size_t>(T) * K);
+    for (int t = 0; t < T; ++t)
+      for (int64_t k = 0; k < K; ++k) x[t * K + k] = fp32_to_fp16(a[t * a_stride + k]);
+    const bool tinyblas = T >= 2 && N % 4 == 0 && K % 8 == 0;  // llamafile_sgemm's conditions
+    pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
+      for (int64_t n = n0; n < n1; ++n) {
+        const uint16_t* row = reinterpret_cast<const uint16_t*>(w.data + n * rb);
+        for (int t = 0; t < T; ++t) out[t * out_stride + n] = dot_f16(row, &x[t * K], K, tinyblas);
+      }
+    });
+    return;
+  }
   if (ty == TensorType::Q4_K || ty == TensorType::Q6_K) {
     const int64_t nb = K / 256;
     std::vector<BlockQ8K> q(static_cast<size_t>(T) * nb);
@@ -354,6 +372,24 @@ LX float dot_h(const uint16_t* q, const uint16_t* k, int d, bool vec) {
   for (int i = 0; i < d; i += 32)
     for (int j = 0; j < 4; ++j) s[j] = _mm256_fmadd_ps(load_h8(q + i + 8 * j), load_h8(k + i + 8 * j), s[j]);
   return reduce4(s[0], s[1], s[2], s[3]);
+}
+
+}  // namespace
+
+namespace {
+LX float dot_f16(const uint16_t* w, const uint16_t* x, int64_t K, bool tinyblas) {
+  if (tinyblas) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < K; i += 8) acc = _mm256_fmadd_ps(load_h8(w + i), load_h8(x + i), acc);
+    return hsum8(acc);
+  }
+  const int64_t np = K & ~int64_t{31};
+  __m256 s[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t i = 0; i < np; i += 32)
+    for (int j = 0; j < 4; ++j) s[j] = _mm256_fmadd_ps(load_h8(w + i + 8 * j), load_h8(x + i + 8 * j), s[j]);
+  double sum = reduce4(s[0], s[1], s[2], s[3]);
+  for (int64_t i = np; i < K; ++i) sum += static_cast<double>(fp16_to_fp32(w[i]) * fp16_to_fp32(x[i]));
+  return static_cast<float>(sum);
 }
 
 LX void attention_one(const AttentionArgs& a, int t, int h, std::vector<float>& sc, std::vector<uint16_t>& q16,
@@ -456,14 +492,16 @@ void geglu(const float* x, const float* g, float* y, int n) {
   }
 }
 
-LX void rope(const float* x, float* y, int heads, int d, int pos, float theta_scale) {
+LX void rope(const float* x, float* y, int heads, int d, int pos, float theta_scale, float freq_scale,
+             const float* factors) {
   const int half = d / 2;
   float cs[512], sn[512];
   if (half > 512) throw std::logic_error("llama.cpp-exact RoPE: head dim over 1024");
   float theta = static_cast<float>(pos);
   for (int i = 0; i < half; ++i) {
-    cs[i] = cosf(theta);
-    sn[i] = sinf(theta);
+    const float ang = freq_scale * (factors ? theta / factors[i] : theta);
+    cs[i] = cosf(ang);
+    sn[i] = sinf(ang);
     theta *= theta_scale;
   }
   for (int h = 0; h < heads; ++h) {
@@ -486,7 +524,9 @@ void matmul(ThreadPool&, const TensorView&, const float*, int, int, float*, int,
 }
 void attention(ThreadPool&, const AttentionArgs&) { throw std::logic_error("llama.cpp-exact kernels need AVX2"); }
 void geglu(const float*, const float*, float*, int) { throw std::logic_error("llama.cpp-exact kernels need AVX2"); }
-void rope(const float*, float*, int, int, int, float) { throw std::logic_error("llama.cpp-exact kernels need AVX2"); }
+void rope(const float*, float*, int, int, int, float, float, const float*) {
+  throw std::logic_error("llama.cpp-exact kernels need AVX2");
+}
 
 #endif
 

@@ -36,8 +36,11 @@ void attention(ThreadPool& pool, const AttentionArgs& a);
 // y = gelu_tanh(x) * g with the GELU looked up in llama.cpp's float16 table.
 void geglu(const float* x, const float* g, float* y, int n);
 
-// NeoX rotation of `heads` heads of head_dim d at position pos, angles pos * s^i by repeated float
-// multiplication (s = theta_scale) and libm's cosf/sinf.
-void rope(const float* x, float* y, int heads, int d, int pos, float theta_scale);
+// NeoX rotation of `heads` heads of head_dim d at position pos: theta_i = pos * s^i by repeated
+// float multiplication (s = theta_scale), angle_i = freq_scale * (theta_i / factors[i]) (factors
+// may be null), libm's cosf/sinf, and the rotation's products as llama.cpp's compiled code
+// rounds them (one fused multiply-add each).
+void rope(const float* x, float* y, int heads, int d, int pos, float theta_scale, float freq_scale,
+          const float* factors);
 
 }  // namespace markbase::cpu::llx

@@ -1,12 +1,13 @@
-"""match_llamacpp on Gemma 4 (dense E2B layout: per-layer embeddings, KV sharing, sliding and full
-layers with different head dims, proportional RoPE through llama.cpp's rope_freqs, final softcap):
-random-weight GGUFs of the E2B shape (bench/make_synthetic_gguf.py, 256-wide, 4 layers), run by
-llama.cpp (llama-cpp-python, live) and by MarkBase's CPU backend with ``match_llamacpp=True``.
+"""match_llamacpp on Gemma 4: the dense E2B layout (per-layer embeddings, KV sharing, sliding and
+full layers with different head dims, proportional RoPE through llama.cpp's rope_freqs, final
+softcap) and the 26B-A4B MoE layout (F32 router, softmax top-8 of 128 experts, per-expert output
+scale, the dense MLP beside it): random-weight GGUFs of those shapes (bench/make_synthetic_gguf.py,
+256-wide), run by llama.cpp (llama-cpp-python, live) and by MarkBase's CPU backend with
+``match_llamacpp=True``.
 Every row of logits must be llama.cpp's, bit for bit, over two micro-batches (past the 512-token
 window), and greedy decoding must give llama.cpp's tokens.
 
 Only where llama-cpp-python's native build runs its AVX2 kernels (x86-64 with AVX2, no AVX-512).
-The MoE block (26B-A4B) is not reproduced yet: see README.
 """
 import os
 import sys
@@ -24,12 +25,14 @@ pytestmark = pytest.mark.skipif(not LLAMACPP_AVX2_BUILD,
                                 reason="llama.cpp's AVX2 kernels only (this CPU has AVX-512 or no AVX2)")
 
 
-@pytest.fixture(scope="module", params=["q8_0", "q4_0"])
+@pytest.fixture(scope="module", params=[("e2b", "q8_0", 4), ("e2b", "q4_0", 4), ("26b-a4b", "q4_0", 2)],
+                ids=["e2b-q8_0", "e2b-q4_0", "26b-a4b-q4_0"])
 def e2b_file(request, tmp_path_factory):
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     import make_synthetic_gguf as msg
-    path = tmp_path_factory.mktemp("g4exact") / f"e2b-{request.param}.gguf"
-    summary = msg.write_synthetic_gguf(str(path), preset="e2b", layers=4, vocab=8192, qtype=request.param,
+    preset, qtype, layers = request.param
+    path = tmp_path_factory.mktemp("g4exact") / f"{preset}-{qtype}.gguf"
+    summary = msg.write_synthetic_gguf(str(path), preset=preset, layers=layers, vocab=8192, qtype=qtype,
                                        narrow=True, seed=3)
     yield str(path), summary
     path.unlink(missing_ok=True)

@@ -73,6 +73,7 @@ class CpuBackend : public Backend {
       if (bufs[i].size() != n) bufs[i].assign(n, 0.0f);
     }
     ops_ = 0;
+    moe_exact_ = opt_.llamacpp_exact && moe_exact_ok(g);
     static const char* dump = std::getenv("MARKBASE_CPU_DUMP");
     for (const Op& op : g.ops) {
       exec(g, op, step, caches, bufs);
@@ -196,9 +197,35 @@ class CpuBackend : public Backend {
       case OpKind::Rope: rope(g, op, step, a, as, out, os); break;
       case OpKind::StoreKV: store_kv(g, op, step, kv, bufs); break;
       case OpKind::Attention: attention(g, op, step, kv, a, as, out, os); break;
-      case OpKind::MoeRoute: moe_route(op, a, as, out, os, rows); break;
-      case OpKind::MoeExperts: moe_experts(g, op, a, as, bufs, out, os, rows); break;
+      case OpKind::MoeRoute:
+        if (llx_moe(op)) {
+          // llama.cpp scales each expert's output before weighting it: the scale stays apart.
+          for (int t = 0; t < rows; ++t) cpu::llx::moe_route(a + t * as, op.group, op.k, out + t * os);
+          route_scale_ = op.w2 ? small_f32(op.w2) : nullptr;
+        } else {
+          moe_route(op, a, as, out, os, rows);
+        }
+        break;
+      case OpKind::MoeExperts:
+        if (llx_moe(op)) {
+          cpu::llx::moe_experts(pool_, *op.w, *op.w2, op.k, a, as, bufs[op.b].data(), g.slots[op.b].cols, op.heads,
+                                route_scale_, rows, out, os, op.n);
+        } else {
+          moe_experts(g, op, a, as, bufs, out, os, rows);
+        }
+        break;
     }
+  }
+
+  // The llama.cpp-exact MoE path: all MoE ops of a graph take it or none (the route's weights
+  // leave the per-expert scale to the experts op), decided by the experts' types.
+  bool llx_moe(const Op&) const { return moe_exact_; }
+  static bool moe_exact_ok(const Graph& g) {
+    for (const Op& o : g.ops)
+      if (o.kind == OpKind::MoeExperts &&
+          !(cpu::llx::moe_supported(o.w->type, o.w2->type) && o.n % 32 == 0 && o.k % 32 == 0))
+        return false;
+    return true;
   }
 
   // fn(t) for every row t, rows split across threads when there is enough work.
@@ -451,6 +478,8 @@ class CpuBackend : public Backend {
   std::vector<cpu::BlockQ8> moe_q8_;
   std::vector<float> moe_hg_, moe_act_, moe_y_;
   int ops_ = 0;
+  bool moe_exact_ = false;
+  const float* route_scale_ = nullptr;  // the last exact MoeRoute's per-expert scale
 };
 
 }  // namespace

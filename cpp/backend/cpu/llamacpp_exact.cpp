@@ -31,7 +31,7 @@ bool available() {
 
 bool matmul_supported(TensorType t) {
   return t == TensorType::Q8_0 || t == TensorType::Q5_0 || t == TensorType::Q4_0 || t == TensorType::Q4_K ||
-         t == TensorType::Q6_K || t == TensorType::F16;
+         t == TensorType::Q6_K || t == TensorType::F16 || t == TensorType::F32;
 }
 
 namespace {
@@ -270,6 +270,24 @@ LX float dot_q6k(const RowK& w, const BlockQ8K* a, int64_t nb, bool tiled) {
 // (four accumulators, reduce4, leftovers added in double).
 LX float dot_f16(const uint16_t* w, const uint16_t* x, int64_t K, bool tinyblas);
 
+// F32 rows against float activations: tinyBLAS (hsum8) or ggml_vec_dot_f32 (four accumulators,
+// reduce4, leftovers by fused multiply-add into a float).
+LX float dot_f32(const float* w, const float* x, int64_t K, bool tinyblas) {
+  if (tinyblas) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < K; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), acc);
+    return hsum8(acc);
+  }
+  const int64_t np = K & ~int64_t{31};
+  __m256 s[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t i = 0; i < np; i += 32)
+    for (int j = 0; j < 4; ++j)
+      s[j] = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8 * j), _mm256_loadu_ps(x + i + 8 * j), s[j]);
+  float sum = reduce4(s[0], s[1], s[2], s[3]);
+  for (int64_t i = np; i < K; ++i) sum = fmaf_(w[i], x[i], sum);
+  return sum;
+}
+
 }  // namespace
 
 void matmul(ThreadPool& pool, const TensorView& w, const float* a, int a_stride, int T, float* out,
@@ -277,6 +295,16 @@ void matmul(ThreadPool& pool, const TensorView& w, const float* a, int a_stride,
   const int64_t K = w.cols();
   const size_t rb = w.row_stride();
   const TensorType ty = w.type;
+  if (ty == TensorType::F32) {
+    const bool tinyblas = T >= 2 && N % 4 == 0 && K % 8 == 0;  // llamafile_sgemm's conditions
+    pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
+      for (int64_t n = n0; n < n1; ++n) {
+        const float* row = reinterpret_cast<const float*>(w.data + n * rb);
+        for (int t = 0; t < T; ++t) out[t * out_stride + n] = dot_f32(row, a + t * a_stride, K, tinyblas);
+      }
+    });
+    return;
+  }
   if (ty == TensorType::F16) {
     std::vector<uint16_t> x(static_cast<size_t>(T) * K);
     for (int t = 0; t < T; ++t)
@@ -515,6 +543,100 @@ LX void rope(const float* x, float* y, int heads, int d, int pos, float theta_sc
   }
 }
 
+namespace {
+// ggml_soft_max over one row without mask or scale: blocks of 8 from index 0 through v_expf,
+// their sums added in double, then every value times (float)(1 / sum).
+LX void softmax_row(const float* x, float* y, int n) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+  double sum = 0.0;
+  int i = 0;
+  for (; i + 7 < n; i += 8) {
+    const __m256 e = v_expf(_mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(mx)));
+    _mm256_storeu_ps(y + i, e);
+    sum += static_cast<double>(hsum8(e));
+  }
+  for (; i < n; ++i) {
+    y[i] = expf(x[i] - mx);
+    sum += static_cast<double>(y[i]);
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int j = 0; j < n; ++j) y[j] *= inv;
+}
+}  // namespace
+
+void moe_route(const float* logits, int n_experts, int k, float* route) {
+  std::vector<float> p(n_experts);
+  softmax_row(logits, p.data(), n_experts);
+  std::vector<int> idx(n_experts);
+  for (int e = 0; e < n_experts; ++e) idx[e] = e;
+  std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return p[a] > p[b]; });
+  double s = 0.0;  // ggml_sum_rows
+  for (int j = 0; j < k; ++j) s += static_cast<double>(p[idx[j]]);
+  const float sum = std::max(static_cast<float>(s), 6.103515625e-5f);  // ggml_clamp
+  for (int j = 0; j < k; ++j) {
+    route[2 * j] = p[idx[j]] / sum;
+    route[2 * j + 1] = static_cast<float>(idx[j]);
+  }
+}
+
+bool moe_supported(TensorType gate_up, TensorType down) {
+  auto ok = [](TensorType t) { return t == TensorType::Q8_0 || t == TensorType::Q5_0 || t == TensorType::Q4_0; };
+  return ok(gate_up) && ok(down);
+}
+
+namespace {
+// One expert matrix (rows x K of type t at base) against one quantized activation row, as
+// llama.cpp's mul_mat_id: the repacked Q4_0 gemv (rows % 8 == 0), else vec_dot.
+void expert_product(TensorType t, const uint8_t* base, size_t rb, int rows, int64_t K, const BlockQ8* q, float* y,
+                    RowQ0& r) {
+  const int64_t nb = K / 32;
+  const bool repacked = t == TensorType::Q4_0 && rows % 8 == 0;
+  for (int n = 0; n < rows; ++n) {
+    unpack_q0(t, base + n * rb, nb, r);
+    y[n] = repacked ? dot_q0_blocks(r, q, nb) : dot_q0(r, q, nb);
+  }
+}
+}  // namespace
+
+void moe_experts(ThreadPool& pool, const TensorView& gate_up, const TensorView& down, int ffn, const float* x,
+                 int x_stride, const float* route, int route_stride, int k, const float* scale, int T,
+                 float* out, int out_stride, int H) {
+  const int E = static_cast<int>(gate_up.shape[0]);
+  if (H % 32 || ffn % 32) throw std::logic_error("llama.cpp-exact experts need widths in whole 32-blocks");
+  const size_t gu_rb = gate_up.row_stride(), dn_rb = down.row_stride();
+  pool.parallel_for(T, 1, [&](int64_t t0, int64_t t1) {
+    thread_local RowQ0 r;
+    thread_local std::vector<BlockQ8> qx, qh;
+    thread_local std::vector<float> gu, h, d;
+    qx.resize(H / 32);
+    qh.resize(ffn / 32);
+    gu.resize(2 * static_cast<size_t>(ffn));
+    h.resize(ffn);
+    d.resize(H);
+    for (int64_t t = t0; t < t1; ++t) {
+      quantize_act_q8(x + t * x_stride, qx.data(), H);
+      float* o = out + t * out_stride;
+      for (int j = 0; j < k; ++j) {
+        const float w = route[t * route_stride + 2 * j];
+        const int e = static_cast<int>(route[t * route_stride + 2 * j + 1]);
+        if (e < 0 || e >= E) throw std::logic_error("expert id out of range");
+        expert_product(gate_up.type, gate_up.data + static_cast<size_t>(e) * 2 * ffn * gu_rb, gu_rb, 2 * ffn, H,
+                       qx.data(), gu.data(), r);
+        geglu(gu.data(), gu.data() + ffn, h.data(), ffn);
+        quantize_act_q8(h.data(), qh.data(), ffn);
+        expert_product(down.type, down.data + static_cast<size_t>(e) * H * dn_rb, dn_rb, H, ffn, qh.data(), d.data(), r);
+        for (int c = 0; c < H; ++c) {
+          float v = d[c];
+          if (scale) v = v * scale[e];
+          v = v * w;
+          o[c] = j == 0 ? v : o[c] + v;
+        }
+      }
+    }
+  });
+}
+
 #else  // not x86-64
 
 bool available() { return false; }
@@ -524,6 +646,12 @@ void matmul(ThreadPool&, const TensorView&, const float*, int, int, float*, int,
 }
 void attention(ThreadPool&, const AttentionArgs&) { throw std::logic_error("llama.cpp-exact kernels need AVX2"); }
 void geglu(const float*, const float*, float*, int) { throw std::logic_error("llama.cpp-exact kernels need AVX2"); }
+void moe_route(const float*, int, int, float*) { throw std::logic_error("llama.cpp-exact kernels need AVX2"); }
+bool moe_supported(TensorType, TensorType) { return false; }
+void moe_experts(ThreadPool&, const TensorView&, const TensorView&, int, const float*, int, const float*, int, int,
+                 const float*, int, float*, int, int) {
+  throw std::logic_error("llama.cpp-exact kernels need AVX2");
+}
 void rope(const float*, float*, int, int, int, float, float, const float*) {
   throw std::logic_error("llama.cpp-exact kernels need AVX2");
 }

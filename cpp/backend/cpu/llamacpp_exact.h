@@ -21,7 +21,7 @@
 namespace markbase::cpu::llx {
 
 bool available();
-bool matmul_supported(TensorType t);  // Q8_0, Q5_0, Q4_0, Q4_K, Q6_K
+bool matmul_supported(TensorType t);  // Q8_0, Q5_0, Q4_0, Q4_K, Q6_K, F16, F32
 
 // out[t, n] = W[n] . a[t] for a step of T tokens; as llama.cpp for a micro-batch of T rows (the
 // Q4_K and Q6_K paths depend on T, as llama.cpp's do).
@@ -32,6 +32,17 @@ void matmul(ThreadPool& pool, const TensorView& w, const float* a, int a_stride,
 // then rounded to float16, scores in float32 (tinyBLAS order for T > 1, vec_dot_f16 for T == 1),
 // softmax with ggml's SIMD exp, weights rounded to float16, weighted sum of float16 values.
 void attention(ThreadPool& pool, const AttentionArgs& a);
+
+// Mixture of experts as llama.cpp's build_moe_ffn (softmax gating, normalised weights):
+// route[2j], route[2j+1] = weight and id of the j-th selected expert, in llama.cpp's order (by
+// falling probability); the per-expert output scale is not folded in.
+void moe_route(const float* logits, int n_experts, int k, float* route);
+bool moe_supported(TensorType gate_up, TensorType down);
+// out[t] = sum over j in order of (down_e(geglu(gate_up_e x_t)) * scale[e]) * weight_j, with
+// llama.cpp's mul_mat_id kernels; scale may be null.
+void moe_experts(ThreadPool& pool, const TensorView& gate_up, const TensorView& down, int ffn, const float* x,
+                 int x_stride, const float* route, int route_stride, int k, const float* scale, int T,
+                 float* out, int out_stride, int H);
 
 // y = gelu_tanh(x) * g with the GELU looked up in llama.cpp's float16 table.
 void geglu(const float* x, const float* g, float* y, int n);

@@ -38,8 +38,9 @@ class Model:
         prefill_chunk: tokens per prefill step (None: the backend's choice, 512 on CUDA and 256
         elsewhere); match_llamacpp (CPU backend, x86-64 with AVX2): compute as llama.cpp's CPU
         backend does, rounding for rounding, so that logits agree with llama.cpp's bit for bit
-        on the tensor types it covers (Q8_0, Q5_0, Q4_0, Q4_K, Q6_K) and prefill runs in
-        llama.cpp's 512-token micro-batches unless prefill_chunk says otherwise."""
+        on the GGUF tensor types it covers (Q8_0, Q5_0, Q4_0, Q4_K, Q6_K, F16, F32; Gemma 4
+        experts Q8_0, Q5_0, Q4_0) and prefill runs in llama.cpp's 512-token micro-batches unless
+        prefill_chunk says otherwise."""
         if path is None:
             from .default_model import default_model_path
             path = default_model_path(progress=progress)

@@ -259,3 +259,31 @@ def test_fallback_rule():
     assert msg.fallback_type("q4_k", 2816) == "q4_k"
     assert msg.fallback_type("q4_0", 48) == "f16"
     assert msg.fallback_type("q4_k", 48) == "f16"
+
+
+def test_cpu_dump_env(tmp_path):
+    """MARKBASE_CPU_DUMP=DIR (the op-by-op debugging aid): one float32 file per op of every step,
+    named <op index>_<label>_<rows>x<cols>.f32, whose bytes are the op's output slot; the last
+    op of a prefill holds the logits the API returns."""
+    import subprocess
+    path = tmp_path / "e2b.gguf"
+    summary = msg.write_synthetic_gguf(str(path), preset="e2b", layers=2, vocab=1024, qtype="q8_0", narrow=True)
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    ids = _token_ids(summary, 5)
+    code = ("import sys, numpy as np, markbase\n"
+            "m = markbase.Model.load(sys.argv[1], backend='cpu', threads=1)\n"
+            "np.save(sys.argv[2], np.asarray(m.logits([int(x) for x in sys.argv[3].split(',')])))\n")
+    env = dict(os.environ, MARKBASE_CPU_DUMP=str(dump))
+    subprocess.run([sys.executable, "-c", code, str(path), str(tmp_path / "logits.npy"), ",".join(map(str, ids))],
+                   check=True, env=env, timeout=300)
+    files = sorted(os.listdir(dump))
+    assert any("attn_q.weight" in f for f in files), files
+    for f in files:
+        r, c = map(int, f.rsplit("_", 1)[1][:-4].split("x"))
+        assert os.path.getsize(dump / f) == 4 * r * c, f
+    logits = np.load(tmp_path / "logits.npy")
+    last = [f for f in files if f.rsplit("_", 1)[1][:-4] == f"{len(ids)}x{summary['vocab']}"]
+    assert last, files
+    got = np.fromfile(dump / last[-1], np.float32).reshape(len(ids), -1)
+    np.testing.assert_array_equal(got, logits)

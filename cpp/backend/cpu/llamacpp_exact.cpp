@@ -389,19 +389,6 @@ LX inline __m256 load_h8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// q . k over d float16 values: tinyBLAS (one accumulator, hsum8) or vec_dot_f16 (four).
-LX float dot_h(const uint16_t* q, const uint16_t* k, int d, bool vec) {
-  if (!vec) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int i = 0; i < d; i += 8) acc = _mm256_fmadd_ps(load_h8(q + i), load_h8(k + i), acc);
-    return hsum8(acc);
-  }
-  __m256 s[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-  for (int i = 0; i < d; i += 32)
-    for (int j = 0; j < 4; ++j) s[j] = _mm256_fmadd_ps(load_h8(q + i + 8 * j), load_h8(k + i + 8 * j), s[j]);
-  return reduce4(s[0], s[1], s[2], s[3]);
-}
-
 }  // namespace
 
 namespace {
@@ -438,7 +425,7 @@ LX void attention_one(const AttentionArgs& a, int t, int h, std::vector<float>& 
   sc.assign(nblk, -std::numeric_limits<float>::infinity());
   float mx = -std::numeric_limits<float>::infinity();
   for (int p = lo; p <= pos; ++p) {
-    const float s = dot_h(q16.data(), row(K, p), d, vec);
+    const float s = dot_f16(row(K, p), q16.data(), d, !vec);  // K rows are the product's first operand
     sc[p - b0] = s;
     mx = std::max(mx, s);
   }

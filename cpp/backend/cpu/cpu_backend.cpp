@@ -198,7 +198,7 @@ class CpuBackend : public Backend {
       case OpKind::StoreKV: store_kv(g, op, step, kv, bufs); break;
       case OpKind::Attention: attention(g, op, step, kv, a, as, out, os); break;
       case OpKind::MoeRoute:
-        if (llx_moe(op)) {
+        if (moe_exact_) {
           // llama.cpp scales each expert's output before weighting it: the scale stays apart.
           for (int t = 0; t < rows; ++t) cpu::llx::moe_route(a + t * as, op.group, op.k, out + t * os);
           route_scale_ = op.w2 ? small_f32(op.w2) : nullptr;
@@ -207,7 +207,7 @@ class CpuBackend : public Backend {
         }
         break;
       case OpKind::MoeExperts:
-        if (llx_moe(op)) {
+        if (moe_exact_) {
           cpu::llx::moe_experts(pool_, *op.w, *op.w2, op.k, a, as, bufs[op.b].data(), g.slots[op.b].cols, op.heads,
                                 route_scale_, rows, out, os, op.n);
         } else {
@@ -219,7 +219,6 @@ class CpuBackend : public Backend {
 
   // The llama.cpp-exact MoE path: all MoE ops of a graph take it or none (the route's weights
   // leave the per-expert scale to the experts op), decided by the experts' types.
-  bool llx_moe(const Op&) const { return moe_exact_; }
   static bool moe_exact_ok(const Graph& g) {
     for (const Op& o : g.ops)
       if (o.kind == OpKind::MoeExperts &&

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/kquant_dot.h"
@@ -265,27 +266,35 @@ LX float dot_q6k(const RowK& w, const BlockQ8K* a, int64_t nb, bool tiled) {
   return tiled ? acc1 : hsum8(acc);
 }
 
-// F16 rows against activations rounded to float16 (ggml's vec_dot_type for F16): tinyBLAS (one
-// accumulator of 8 lanes, hsum8) when several tokens and row counts allow it, else vec_dot_f16
-// (four accumulators, reduce4, leftovers added in double).
-LX float dot_f16(const uint16_t* w, const uint16_t* x, int64_t K, bool tinyblas);
+LX inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+LX inline __m256 load8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
 
-// F32 rows against float activations: tinyBLAS (hsum8) or ggml_vec_dot_f32 (four accumulators,
-// reduce4, leftovers by fused multiply-add into a float).
-LX float dot_f32(const float* w, const float* x, int64_t K, bool tinyblas) {
+// Float rows against float activations: F32, or F16 with the activations rounded to float16
+// (ggml's vec_dot_type for F16). tinyBLAS (one accumulator of 8 lanes, hsum8) when several tokens
+// and row counts allow it, else ggml's vec_dot (four accumulators, reduce4); vec_dot_f32 adds
+// the leftovers by fused multiply-add into a float, vec_dot_f16 in double.
+template <class T>
+LX float dot_float(const T* w, const T* x, int64_t K, bool tinyblas) {
   if (tinyblas) {
     __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < K; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), acc);
+    for (int64_t i = 0; i < K; i += 8) acc = _mm256_fmadd_ps(load8(w + i), load8(x + i), acc);
     return hsum8(acc);
   }
   const int64_t np = K & ~int64_t{31};
   __m256 s[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int64_t i = 0; i < np; i += 32)
-    for (int j = 0; j < 4; ++j)
-      s[j] = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8 * j), _mm256_loadu_ps(x + i + 8 * j), s[j]);
-  float sum = reduce4(s[0], s[1], s[2], s[3]);
-  for (int64_t i = np; i < K; ++i) sum = fmaf_(w[i], x[i], sum);
-  return sum;
+    for (int j = 0; j < 4; ++j) s[j] = _mm256_fmadd_ps(load8(w + i + 8 * j), load8(x + i + 8 * j), s[j]);
+  if constexpr (std::is_same_v<T, float>) {
+    float sum = reduce4(s[0], s[1], s[2], s[3]);
+    for (int64_t i = np; i < K; ++i) sum = fmaf_(w[i], x[i], sum);
+    return sum;
+  } else {
+    double sum = reduce4(s[0], s[1], s[2], s[3]);
+    for (int64_t i = np; i < K; ++i) sum += static_cast<double>(fp16_to_fp32(w[i]) * fp16_to_fp32(x[i]));
+    return static_cast<float>(sum);
+  }
 }
 
 }  // namespace
@@ -300,7 +309,7 @@ void matmul(ThreadPool& pool, const TensorView& w, const float* a, int a_stride,
     pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
       for (int64_t n = n0; n < n1; ++n) {
         const float* row = reinterpret_cast<const float*>(w.data + n * rb);
-        for (int t = 0; t < T; ++t) out[t * out_stride + n] = dot_f32(row, a + t * a_stride, K, tinyblas);
+        for (int t = 0; t < T; ++t) out[t * out_stride + n] = dot_float(row, a + t * a_stride, K, tinyblas);
       }
     });
     return;
@@ -313,7 +322,7 @@ void matmul(ThreadPool& pool, const TensorView& w, const float* a, int a_stride,
     pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
       for (int64_t n = n0; n < n1; ++n) {
         const uint16_t* row = reinterpret_cast<const uint16_t*>(w.data + n * rb);
-        for (int t = 0; t < T; ++t) out[t * out_stride + n] = dot_f16(row, &x[t * K], K, tinyblas);
+        for (int t = 0; t < T; ++t) out[t * out_stride + n] = dot_float(row, &x[t * K], K, tinyblas);
       }
     });
     return;
@@ -385,27 +394,6 @@ LX inline __m256 v_expf(__m256 x) {
                                     _mm256_andnot_ps(_mm256_castsi256_ps(c), _mm256_fmadd_ps(k, j, k)))));
 }
 
-LX inline __m256 load_h8(const uint16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-
-}  // namespace
-
-namespace {
-LX float dot_f16(const uint16_t* w, const uint16_t* x, int64_t K, bool tinyblas) {
-  if (tinyblas) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < K; i += 8) acc = _mm256_fmadd_ps(load_h8(w + i), load_h8(x + i), acc);
-    return hsum8(acc);
-  }
-  const int64_t np = K & ~int64_t{31};
-  __m256 s[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-  for (int64_t i = 0; i < np; i += 32)
-    for (int j = 0; j < 4; ++j) s[j] = _mm256_fmadd_ps(load_h8(w + i + 8 * j), load_h8(x + i + 8 * j), s[j]);
-  double sum = reduce4(s[0], s[1], s[2], s[3]);
-  for (int64_t i = np; i < K; ++i) sum += static_cast<double>(fp16_to_fp32(w[i]) * fp16_to_fp32(x[i]));
-  return static_cast<float>(sum);
-}
 
 LX void attention_one(const AttentionArgs& a, int t, int h, std::vector<float>& sc, std::vector<uint16_t>& q16,
                       std::vector<uint16_t>& p16, std::vector<float>& acc) {
@@ -425,7 +413,7 @@ LX void attention_one(const AttentionArgs& a, int t, int h, std::vector<float>& 
   sc.assign(nblk, -std::numeric_limits<float>::infinity());
   float mx = -std::numeric_limits<float>::infinity();
   for (int p = lo; p <= pos; ++p) {
-    const float s = dot_f16(row(K, p), q16.data(), d, !vec);  // K rows are the product's first operand
+    const float s = dot_float(row(K, p), q16.data(), d, !vec);  // K rows are the product's first operand
     sc[p - b0] = s;
     mx = std::max(mx, s);
   }
@@ -448,7 +436,7 @@ LX void attention_one(const AttentionArgs& a, int t, int h, std::vector<float>& 
     const uint16_t* v = row(V, p);
     float* ac = &acc[(static_cast<size_t>(ai) * 8 + l) * d];
     for (int j = 0; j < d; j += 8)
-      _mm256_storeu_ps(ac + j, _mm256_fmadd_ps(load_h8(v + j), w, _mm256_loadu_ps(ac + j)));
+      _mm256_storeu_ps(ac + j, _mm256_fmadd_ps(load8(v + j), w, _mm256_loadu_ps(ac + j)));
   }
   float* o = a.out + static_cast<size_t>(t) * a.out_stride + static_cast<size_t>(h) * d;
   for (int j = 0; j < d; ++j) {

@@ -100,23 +100,6 @@ __global__ void __launch_bounds__(kThreads) matvec_q8_kernel(MatvecJobs jobs, Q8
 // aligned): 158 us a token for 415 MB, 2.6 TB/s. Here a block's R rows, contiguous in memory
 // (rows of 16-byte multiples), arrive in shared memory by 16-byte cp.async copies issued before
 // the programmatic wait, and the units are read from there.
-template <int TYPE>
-__device__ __forceinline__ WUnit load_w_unit_shared(const mb_u8* row, int u) {
-  WUnit w;
-  const int b = u >> 1, h = u & 1;
-  const unsigned short* p = reinterpret_cast<const unsigned short*>(row + (TYPE == MB_Q4_0 ? 18 : 34) * b);
-  auto u32 = [&](int i) { return static_cast<unsigned>(p[i]) | (static_cast<unsigned>(p[i + 1]) << 16); };
-  w.d = p[0];
-  if constexpr (TYPE == MB_Q4_0) {
-    w.w[0] = u32(1 + 4 * h);
-    w.w[1] = u32(3 + 4 * h);
-  } else {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) w.w[i] = u32(1 + 8 * h + 2 * i);
-  }
-  return w;
-}
-
 template <int TYPE, int R>
 __global__ void __launch_bounds__(kThreads) matvec_q8_tall_kernel(WeightRef w, int n, float* out, Q8Vec x, int K) {
   pdl_trigger();
@@ -137,7 +120,7 @@ __global__ void __launch_bounds__(kThreads) matvec_q8_tall_kernel(WeightRef w, i
     const XUnit xu = load_x_unit<TYPE>(x.q, x.d, u);
 #pragma unroll
     for (int r = 0; r < R; ++r)
-      if (r < nr) acc[r] += unit_dot<TYPE>(load_w_unit_shared<TYPE>(srows + r * w.row_bytes, u), xu);
+      if (r < nr) acc[r] += unit_dot<TYPE>(load_w_unit<TYPE, true>(srows + r * w.row_bytes, u), xu);
   }
   __shared__ float part[kThreads / 32][R];
   warp_partials(acc, part);

@@ -60,24 +60,34 @@ struct WUnit {
   unsigned w[4];
 };
 
-__device__ __forceinline__ unsigned ld_u32_from_u16(const unsigned short* p) {
-  return static_cast<unsigned>(__ldg(p)) | (static_cast<unsigned>(__ldg(p + 1)) << 16);
+// 16 bits of weights: through the read-only cache from global memory, or a plain load from a
+// copy in shared memory (SHARED), which __ldg cannot address.
+template <bool SHARED>
+__device__ __forceinline__ unsigned short ld_u16(const unsigned short* p) {
+  if constexpr (SHARED) return *p;
+  else return __ldg(p);
 }
 
-template <int TYPE>
+template <bool SHARED>
+__device__ __forceinline__ unsigned ld_u32_from_u16(const unsigned short* p) {
+  return static_cast<unsigned>(ld_u16<SHARED>(p)) | (static_cast<unsigned>(ld_u16<SHARED>(p + 1)) << 16);
+}
+
+// The 18- and 34-byte blocks are only 2-byte aligned: a unit is read 16 bits at a time.
+template <int TYPE, bool SHARED = false>
 __device__ __forceinline__ WUnit load_w_unit(const mb_u8* row, int u) {
   WUnit w;
   const int b = u >> 1, h = u & 1;
   if constexpr (TYPE == MB_Q4_0) {
     const unsigned short* p = reinterpret_cast<const unsigned short*>(row + 18 * b);
-    w.d = __ldg(p);
-    w.w[0] = ld_u32_from_u16(p + 1 + 4 * h);
-    w.w[1] = ld_u32_from_u16(p + 3 + 4 * h);
+    w.d = ld_u16<SHARED>(p);
+    w.w[0] = ld_u32_from_u16<SHARED>(p + 1 + 4 * h);
+    w.w[1] = ld_u32_from_u16<SHARED>(p + 3 + 4 * h);
   } else {
     const unsigned short* p = reinterpret_cast<const unsigned short*>(row + 34 * b);
-    w.d = __ldg(p);
+    w.d = ld_u16<SHARED>(p);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) w.w[i] = ld_u32_from_u16(p + 1 + 8 * h + 2 * i);
+    for (int i = 0; i < 4; ++i) w.w[i] = ld_u32_from_u16<SHARED>(p + 1 + 8 * h + 2 * i);
   }
   return w;
 }

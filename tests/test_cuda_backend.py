@@ -228,6 +228,51 @@ def test_q8_decode_default_mode(need_cuda, tmp_path, preset, qtype):
     assert gpu.stats()["host_waits_per_token"] == 1
 
 
+def test_decode_side_stream_bit_identical(need_cuda, tmp_path, monkeypatch):
+    """In MoE decode graphs the router and experts run on a second stream beside the dense MLP
+    (plan_streams in cuda_backend.cpp). The kernels and their inputs are the same, so the logits
+    must be bit-identical to one stream's (MARKBASE_CUDA_STREAMS=0), token after token."""
+    path, summary, rng = _synthetic(tmp_path, "26b-streams", preset="26b-a4b", layers=3, vocab=4096, qtype="q4_0")
+    ids = _ids(summary, 12, rng)
+    out = {}
+    for flag in ("1", "0"):
+        monkeypatch.setenv("MARKBASE_CUDA_STREAMS", flag)
+        m = markbase.Model.load(str(path), backend="cuda", prefill_chunk=1)
+        out[flag] = (np.asarray(m.logits(ids)), _greedy(m, ids, 6))
+        del m
+    path.unlink(missing_ok=True)
+    assert np.array_equal(out["1"][0], out["0"][0])
+    assert out["1"][1] == out["0"][1]
+
+
+@pytest.mark.parametrize("preset", ["e2b", "26b-a4b"])
+def test_decode_switches_agree(need_cuda, tmp_path, preset):
+    """The decode paths that switches select compute the same products and attention in another
+    order (and may round an 8-bit activation code the other way): every product through the staged kernel (MARKBASE_CUDA_STAGED_MIN_N=0) or none
+    (a huge threshold), the attention splits merged by a second launch (MARKBASE_CUDA_ATTN_MERGE=0),
+    one stream. Each run's logits must agree with the default's within float32 rounding."""
+    path, summary, rng = _synthetic(tmp_path, f"{preset}-switches", preset=preset, layers=2, vocab=4096, qtype="q4_0")
+    ids = _ids(summary, 40, rng)
+    code = (f"import markbase, numpy as np, sys\n"
+            f"m = markbase.Model.load({str(path)!r}, backend='cuda', prefill_chunk=1)\n"
+            f"np.save(sys.argv[1], np.asarray(m.logits({ids!r})))\n")
+    variants = {"default": {}, "staged": {"MARKBASE_CUDA_STAGED_MIN_N": "0"},
+                "unstaged": {"MARKBASE_CUDA_STAGED_MIN_N": "1000000000"},
+                "two_launch_merge": {"MARKBASE_CUDA_ATTN_MERGE": "0"}, "one_stream": {"MARKBASE_CUDA_STREAMS": "0"}}
+    out = {}
+    for name, env in variants.items():
+        f = tmp_path / f"{name}.npy"
+        e = dict(os.environ, **env)
+        r = subprocess.run([sys.executable, "-c", code, str(f)], env=e, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        out[name] = np.load(f)
+    path.unlink(missing_ok=True)
+    for name, got in out.items():
+        assert np.isfinite(got).all(), name
+        assert rel_err(got, out["default"]) < 1e-3, (name, rel_err(got, out["default"]))
+    assert np.array_equal(out["one_stream"], out["default"])
+
+
 @pytest.mark.parametrize("qtype", ["q4_0", "q8_0"])
 def test_q8_decode_tall_lm_head(need_cuda, tmp_path, qtype):
     """A vocabulary past 65536 rows: the LM head through the staged kernel (rows copied to shared

@@ -63,6 +63,12 @@ if has kern; then  # decode per op, timed inside the CUDA graph (6-layer 26B-A4B
     MARKBASE_CUDA_PDL=$pdl "$BENCH" --model $M/g4-26b-6L.gguf --backend cuda --prompt-tokens 512 --gen-tokens 128 \
       --repeats 3 --json 2>/dev/null | sed "s/^{/{\"name\": \"6L_pdl$pdl\", /" | tee -a "$OUT/kern_bench.jsonl"
   done
+  # A/B of decode switches on the same file: KERN_VARIANTS="VAR=1 VAR2=0,VAR3=5" (commas join
+  # several settings of one variant)
+  for v in ${KERN_VARIANTS:-}; do
+    env ${v//,/ } "$BENCH" --model $M/g4-26b-6L.gguf --backend cuda --prompt-tokens 512 --gen-tokens 128 \
+      --repeats 3 --json 2>/dev/null | sed "s/^{/{\"name\": \"6L_$v\", /" | tee -a "$OUT/kern_bench.jsonl"
+  done
   kill $CLK 2>/dev/null
   { echo "SM clock samples while decoding (count, MHz):"; cut -d, -f2 /tmp/clocks.txt | sort | uniq -c; } >> "$OUT/run.log"
   MARKBASE_CUDA_PROFILE=1 "$BENCH" --model $M/g4-26b-6L.gguf --backend cuda --prompt-tokens 512 --gen-tokens 64 \
@@ -114,6 +120,7 @@ if has bench && wait_for $M/gen26.done; then
   mb 26b_p512_hostrouting $M/g4-26b-q4_0.gguf 512 64 MARKBASE_CUDA_HOST_ROUTING=1
   mb 26b_p512_nograph $M/g4-26b-q4_0.gguf 512 64 MARKBASE_CUDA_GRAPH=0
   mb 26b_p512_nopdl $M/g4-26b-q4_0.gguf 512 64 MARKBASE_CUDA_PDL=0
+  mb 26b_p512_onestream $M/g4-26b-q4_0.gguf 512 64 MARKBASE_CUDA_STREAMS=0
   # per-op-kind GPU time (eager launches timed with events; printed to bench.err)
   has profile && mb 26b_profile $M/g4-26b-q4_0.gguf 512 32 MARKBASE_CUDA_PROFILE=1
   # A/B of the prefill paths: the f16 tiles instead of the int8 tensor cores, the float32

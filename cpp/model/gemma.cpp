@@ -212,24 +212,28 @@ Graph GemmaModel::build(int T, bool all_logits) const {
     norm(ao, ao, H, W(blk(i, "post_attention_norm.weight")), H, blk(i, "post_attention_norm"));
     add(x, x, ao, H);
     // ---- feed-forward: dense GeGLU MLP, and in MoE models the routed experts beside it
+    // The three inputs of the feed-forward, all norms of the residual x, in a row (one launch
+    // where a backend chains row ops): the dense MLP's; in MoE models the router's (parameter-free
+    // norm times router.scale / sqrt(H)) and the experts'.
     norm(h, x, H, W(blk(i, "ffn_norm.weight")), H, blk(i, "ffn_norm"));
+    if (c.n_experts > 0) {
+      norm(rn, x, H, router_norm_[i], H, blk(i, "router_norm"));
+      norm(h2, x, H, W(blk(i, "pre_ffw_norm_2.weight")), H, blk(i, "pre_ffw_norm_2"));
+    }
     matmul(gate, h, blk(i, "ffn_gate.weight"));
     matmul(up, h, blk(i, "ffn_up.weight"));
     op(OpKind::GeluMul, gate, gate, l.ffn_dim, nullptr, blk(i, "geglu")).b = up;
     matmul(m, gate, blk(i, "ffn_down.weight"));
     if (c.n_experts > 0) {
-      norm(m, m, H, W(blk(i, "post_ffw_norm_1.weight")), H, blk(i, "post_ffw_norm_1"));
-      // Router: parameter-free norm of the residual, times router.scale / sqrt(H), projected.
-      // Both norms of x first (the router's input and the experts'), then the router: the three
-      // norms in a row are one launch where a backend chains row ops.
-      norm(rn, x, H, router_norm_[i], H, blk(i, "router_norm"));
-      norm(h2, x, H, W(blk(i, "pre_ffw_norm_2.weight")), H, blk(i, "pre_ffw_norm_2"));
+      // The routed experts read nothing the dense MLP writes: a backend may run the two branches
+      // side by side. Their post-norms and the sum follow both, in a row.
       matmul(rl, rn, blk(i, "ffn_gate_inp.weight"));
       Op& r = op(OpKind::MoeRoute, route, rl, 2 * c.n_experts_used, nullptr, blk(i, "moe_route"));
       r.k = c.n_experts_used; r.group = c.n_experts; r.w2 = W(blk(i, "ffn_down_exps.scale"));
       Op& e = op(OpKind::MoeExperts, m2, h2, H, W(blk(i, "ffn_gate_up_exps.weight")), blk(i, "moe_experts"));
       e.b = route; e.w2 = W(blk(i, "ffn_down_exps.weight")); e.k = c.expert_ffn_dim;
       e.heads = c.n_experts_used;
+      norm(m, m, H, W(blk(i, "post_ffw_norm_1.weight")), H, blk(i, "post_ffw_norm_1"));
       norm(m2, m2, H, W(blk(i, "post_ffw_norm_2.weight")), H, blk(i, "post_ffw_norm_2"));
       add(m, m, m2, H);
     }

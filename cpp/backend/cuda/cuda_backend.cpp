@@ -20,7 +20,9 @@
 //    runs without programmatic launch) and prints the time per op (label without its layer, graph
 //    size) to stderr when the backend is destroyed; MARKBASE_CUDA_ATTN_TC=0 keeps
 //    prefill attention on the float32 kernel in default mode too (A/B checks of the tensor-core one);
-//    MARKBASE_CUDA_PDL=0 launches kernels without programmatic dependent launch (common.cuh).
+//    MARKBASE_CUDA_PDL=0 launches kernels without programmatic dependent launch (common.cuh);
+//    MARKBASE_CUDA_STREAMS=0 keeps every step of a decode graph on one stream (plan_streams);
+//    MARKBASE_CUDA_ATTN_MERGE=0 merges decode attention's splits in a second launch.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -99,6 +101,75 @@ class CudaCaches : public KVCaches {
   std::vector<DevPtr> k, v;
 };
 
+// Two streams for one graph: a decode step's independent branches (in Gemma 4's MoE layers, the
+// dense MLP beside the router and the experts) run side by side. Decode kernels are latency-bound
+// (a few microseconds each, the GPU mostly idle), so two chains of them overlap almost fully.
+//
+// A step is what encode() launches for one op and what it fuses or batches with it. StepUse: the
+// resources (slots, caches, scratch buffers) it reads and writes; StepPlan: where it runs.
+struct StepUse {
+  std::vector<int> reads, writes;
+};
+struct StepPlan {
+  bool side = false;    // on the side stream
+  int wait = -1;        // a step on the other stream to wait for first
+  bool record = false;  // a later step waits for this one: record its event
+};
+struct StreamPlan {
+  std::vector<StepPlan> steps;
+  int join = -1;        // the side stream's last step, which the main stream waits for at the end
+  int side_steps = 0;
+};
+
+// A step waits for the last writer of everything it touches and for the readers of what it writes.
+// It joins the stream whose latest step it depends on (the main stream if both); if it depends on
+// neither, it goes to the stream that has been idle longer, so it overlaps the other's work.
+StreamPlan plan_streams(const std::vector<StepUse>& uses) {
+  StreamPlan plan;
+  plan.steps.resize(uses.size());
+  std::map<int, int> writer;
+  std::map<int, std::vector<int>> readers;
+  int tail[2] = {-1, -1};    // latest step on each stream
+  int waited[2] = {-1, -1};  // latest step of the other stream that each stream has waited for
+  for (int k = 0; k < static_cast<int>(uses.size()); ++k) {
+    int dep[2] = {-1, -1};  // latest step each stream holds that k depends on
+    auto on = [&](int j) {
+      if (j >= 0) dep[plan.steps[j].side] = std::max(dep[plan.steps[j].side], j);
+    };
+    for (const std::vector<int>* set : {&uses[k].reads, &uses[k].writes})
+      for (int r : *set) {
+        auto w = writer.find(r);
+        if (w != writer.end()) on(w->second);
+      }
+    for (int r : uses[k].writes)
+      for (int j : readers[r]) on(j);
+    int s;
+    if (dep[0] < 0 && dep[1] < 0) s = 0;
+    else if (tail[0] >= 0 && dep[0] == tail[0]) s = 0;
+    else if (tail[1] >= 0 && dep[1] == tail[1]) s = 1;
+    else s = tail[1] < tail[0] ? 1 : 0;
+    StepPlan& sp = plan.steps[k];
+    sp.side = s == 1;
+    if (dep[1 - s] > waited[s]) {
+      sp.wait = dep[1 - s];
+      plan.steps[sp.wait].record = true;
+      waited[s] = sp.wait;
+    }
+    tail[s] = k;
+    plan.side_steps += s;
+    for (int r : uses[k].reads) readers[r].push_back(k);
+    for (int r : uses[k].writes) {
+      writer[r] = k;
+      readers[r].clear();
+    }
+  }
+  if (tail[1] > waited[0]) {
+    plan.join = tail[1];
+    plan.steps[tail[1]].record = true;
+  }
+  return plan;
+}
+
 // What the backend keeps for one Graph.
 struct GraphState {
   std::vector<DevPtr> slots;
@@ -115,6 +186,7 @@ struct GraphState {
   DevPtr prefill_q8;           // prefill in default mode: one slot's rows, quantized (int8 products),
   cuda::Q8Vec prefill_q8v;     // row r's codes at r * K, its scales at r * K / 32
   DevPtr router_counter;       // cuda::moe_router's count of finished blocks
+  DevPtr attn_counters;        // cuda::attention's per-KV-head counts of finished split blocks
   cudaGraphExec_t exec = nullptr;
   const CudaCaches* captured_for = nullptr;
   int kernels = 0;             // kernels launched by one run of the graph
@@ -122,9 +194,13 @@ struct GraphState {
   // recorded into the CUDA graph with the kernels (or on the stream, eager runs).
   std::vector<std::pair<std::string, size_t>> timed;
   std::vector<cudaEvent_t> events;
+  std::vector<cudaEvent_t> step_events;  // per step of the stream plan (null where none waits)
+  int side_steps = 0;                    // steps captured on the side stream
   ~GraphState() {
     if (exec) cudaGraphExecDestroy(exec);
     for (cudaEvent_t e : events) cudaEventDestroy(e);
+    for (cudaEvent_t e : step_events)
+      if (e) cudaEventDestroy(e);
   }
 };
 
@@ -140,6 +216,8 @@ class CudaBackend : public Backend {
     }
     CK(cudaSetDevice(0));
     CK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+    cur_ = stream_;
     cuda::attention_smem_limit();
     cuda::matmul_q8_setup();
     cuda::row_chain_setup();
@@ -148,8 +226,10 @@ class CudaBackend : public Backend {
     profile_ = env_flag("MARKBASE_CUDA_PROFILE", false);
     use_graphs_ = env_flag("MARKBASE_CUDA_GRAPH", true) && !host_routing_;
     fuse_ = env_flag("MARKBASE_CUDA_FUSE", true);
+    streams_ = env_flag("MARKBASE_CUDA_STREAMS", true);
     int8_prefill_ = env_flag("MARKBASE_CUDA_INT8_PREFILL", true) && !opt_.precise;
     attn_tc_ = env_flag("MARKBASE_CUDA_ATTN_TC", true);
+    attn_merge_ = env_flag("MARKBASE_CUDA_ATTN_MERGE", true);
     int major = 0;
     CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
     cuda::programmatic_launch = major >= 9 && env_flag("MARKBASE_CUDA_PDL", true) && !profile_;
@@ -165,6 +245,7 @@ class CudaBackend : public Backend {
                      1000.0 * v.first / std::max(1, v.second));
     }
     states_.clear();
+    if (side_) cudaStreamDestroy(side_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -245,8 +326,8 @@ class CudaBackend : public Backend {
     return i;
   }
   void record(cudaEvent_t e) {
-    if (capturing_) CK(cudaEventRecordWithFlags(e, stream_, cudaEventRecordExternal));
-    else CK(cudaEventRecord(e, stream_));
+    if (capturing_) CK(cudaEventRecordWithFlags(e, cur_, cudaEventRecordExternal));
+    else CK(cudaEventRecord(e, cur_));
   }
 
   // Uploads the graph's inputs, then replays its CUDA graph (capturing it first if needed) or
@@ -276,22 +357,26 @@ class CudaBackend : public Backend {
     }
     if (!st.exec || st.captured_for != &kv) {
       if (st.exec) { cudaGraphExecDestroy(st.exec); st.exec = nullptr; }
-      CK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       int kernels = 0;
-      st.timed.clear();
-      capturing_ = true;
-      try {
-        kernels = encode(g, st, kv);
-        capturing_ = false;
-      } catch (...) {
-        capturing_ = false;
-        cudaGraph_t broken = nullptr;
-        cudaStreamEndCapture(stream_, &broken);
-        if (broken) cudaGraphDestroy(broken);
-        throw;
-      }
       cudaGraph_t graph = nullptr;
-      CK(cudaStreamEndCapture(stream_, &graph));
+      st.side_steps = 0;
+      if (streams_ && fuse_ && q8_graph(g)) {
+        // A first capture, thrown away, tells what each step touches; the second runs the
+        // independent steps on the side stream.
+        std::vector<StepUse> uses;
+        cudaGraphDestroy(capture(g, st, kv, nullptr, &uses, kernels));
+        const StreamPlan plan = plan_streams(uses);
+        if (plan.side_steps > 0) {
+          for (cudaEvent_t e : st.step_events)
+            if (e) cudaEventDestroy(e);
+          st.step_events.assign(plan.steps.size(), nullptr);
+          for (size_t k = 0; k < plan.steps.size(); ++k)
+            if (plan.steps[k].record) CK(cudaEventCreateWithFlags(&st.step_events[k], cudaEventDisableTiming));
+          graph = capture(g, st, kv, &plan, nullptr, kernels);
+          st.side_steps = plan.side_steps;
+        }
+      }
+      if (!graph) graph = capture(g, st, kv, nullptr, nullptr, kernels);
       const cudaError_t e = cudaGraphInstantiate(&st.exec, graph, 0);
       cudaGraphDestroy(graph);
       CK(e);
@@ -301,6 +386,28 @@ class CudaBackend : public Backend {
     CK(cudaGraphLaunch(st.exec, stream_));
     ops_ = st.kernels;
     return st;
+  }
+
+  // Records g's kernels into a CUDA graph (encode() under stream capture).
+  cudaGraph_t capture(const Graph& g, GraphState& st, CudaCaches& kv, const StreamPlan* plan,
+                      std::vector<StepUse>* uses, int& kernels) {
+    CK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    st.timed.clear();
+    capturing_ = true;
+    try {
+      kernels = encode(g, st, kv, plan, uses);
+      capturing_ = false;
+    } catch (...) {
+      capturing_ = false;
+      cur_ = stream_;
+      cudaGraph_t broken = nullptr;
+      cudaStreamEndCapture(stream_, &broken);
+      if (broken) cudaGraphDestroy(broken);
+      throw;
+    }
+    cudaGraph_t graph = nullptr;
+    CK(cudaStreamEndCapture(stream_, &graph));
+    return graph;
   }
 
   // --- weights
@@ -355,7 +462,7 @@ class CudaBackend : public Backend {
       st->rope.push_back(dev_alloc(table.size() * sizeof(float)));
       CK(cudaMemcpy(st->rope.back().get(), table.data(), table.size() * sizeof(float), cudaMemcpyHostToDevice));
     }
-    size_t attn = 0, act = 0, counts = 0, order = 0, tiles = 0, hg = 0, y = 0, route = 0, pf_q8 = 0;
+    size_t kv_heads_max = 1, attn = 0, act = 0, counts = 0, order = 0, tiles = 0, hg = 0, y = 0, route = 0, pf_q8 = 0;
     for (const Op& op : g.ops) {
       const int rows = op.out >= 0 ? g.rows(op.out) : g.T;
       if (op.w) upload(op.w);
@@ -377,6 +484,7 @@ class CudaBackend : public Backend {
         case OpKind::StoreKV: kv.ref(op.layer); break;
         case OpKind::Attention: {
           const cuda::CacheRef c = kv.ref(op.layer);
+          kv_heads_max = std::max(kv_heads_max, static_cast<size_t>(c.kv_heads));
           need(c.head_dim == op.group && op.group <= 512 && op.group % 4 == 0, op,
                "head dim above 512, not a multiple of 4 or not the cache's");
           need(op.kv_heads > 0 && op.heads % c.kv_heads == 0, op, "heads not a multiple of KV heads");
@@ -429,6 +537,7 @@ class CudaBackend : public Backend {
     }
     if (route) st->route_host = host_alloc(route * sizeof(float));
     st->router_counter = dev_alloc(sizeof(unsigned));
+    st->attn_counters = dev_alloc(kv_heads_max * sizeof(unsigned));
     if (q8_graph(g)) {
       for (size_t i = 0; i < g.slots.size(); ++i) st->q8.push_back(dev_alloc(q8_bytes(g.slots[i].cols)));
       if (act) st->moe_act_q8 = dev_alloc(q8_bytes(act));
@@ -583,26 +692,60 @@ class CudaBackend : public Backend {
   // post-norm with the residual add after it (and the layer scalar after that); a QK-norm with its
   // RoPE; the quantization of a slot with the op that produces it; products that read the same
   // quantized slot, in one launch.
-  int encode(const Graph& g, GraphState& st, CudaCaches& kv) {
+  //
+  // Steps (one loop iteration: an op and what is fused or batched with it) go to the main stream,
+  // or with a StreamPlan to the one it names, after waiting for the step it names on the other
+  // stream. `uses`, if given, receives what each step reads and writes (for plan_streams).
+  int encode(const Graph& g, GraphState& st, CudaCaches& kv, const StreamPlan* plan = nullptr,
+             std::vector<StepUse>* uses = nullptr) {
     int kernels = 0;
     std::vector<char> done(g.ops.size(), 0);  // ops already launched with an earlier one
+    std::vector<char> stepped(g.ops.size(), 0);  // ops whose step is over (uses)
     std::vector<int> q8_cols(g.slots.size(), 0);  // columns of each slot's current quantized copy
+    std::vector<int> requantized;  // slots quantize_q8 rewrote in this step (uses)
     cuda::HeadFinishArgs hf;
+    size_t step_no = 0;
+    cur_ = stream_;
     // A slot's quantized copy, quantizing it first when its producer did not.
     auto need_q8 = [&](int slot, int K) {
       const cuda::Q8Vec q = slot_q8(g, st, slot);
       if (q8_cols[slot] < K) {
-        kernels += cuda::quantize_q8(stream_, ptr<float>(st.slots[slot]), g.slots[slot].cols, K, 1, q, 0);
+        kernels += cuda::quantize_q8(cur_, ptr<float>(st.slots[slot]), g.slots[slot].cols, K, 1, q, 0);
         q8_cols[slot] = K;
+        requantized.push_back(slot);
       }
       return q;
+    };
+    // The start and end of a step: its stream and cross-stream wait; what it touched, and the
+    // event a later step on the other stream waits for.
+    auto begin_step = [&]() {
+      requantized.clear();
+      if (!plan) return;
+      if (step_no >= plan->steps.size()) throw std::logic_error("[cuda] graph has more steps than its stream plan");
+      const StepPlan& sp = plan->steps[step_no];
+      cur_ = sp.side ? side_ : stream_;
+      if (sp.wait >= 0) CK(cudaStreamWaitEvent(cur_, st.step_events[sp.wait], 0));
+    };
+    auto end_step = [&](size_t first, size_t last) {
+      if (uses) {
+        StepUse u;
+        for (size_t j = first; j < g.ops.size(); ++j) {
+          if (stepped[j] || (j > last && !done[j])) continue;
+          stepped[j] = 1;
+          op_use(g, g.ops[j], u);
+        }
+        for (int s : requantized) u.writes.push_back(s);
+        uses->push_back(std::move(u));
+      }
+      if (plan && plan->steps[step_no].record) CK(cudaEventRecord(st.step_events[step_no], cur_));
+      ++step_no;
     };
     // Which slot's first pf_K columns the prefill buffer holds (-1: none), quantizing on demand.
     int pf_slot = -1, pf_K = 0;
     auto need_prefill_q8 = [&](int slot, int K) {
       const cuda::Q8Vec q = st.prefill_q8v;
       if (pf_slot != slot || pf_K != K) {
-        kernels += cuda::quantize_q8(stream_, ptr<float>(st.slots[slot]), g.slots[slot].cols, K, g.rows(slot), q, K);
+        kernels += cuda::quantize_q8(cur_, ptr<float>(st.slots[slot]), g.slots[slot].cols, K, g.rows(slot), q, K);
         pf_slot = slot;
         pf_K = K;
       }
@@ -618,6 +761,7 @@ class CudaBackend : public Backend {
       const size_t first = oi;  // ops first..oi are launched in this step (oi grows when fused)
       int q8_out = -1, q8_n = 0;  // a slot whose quantized copy this step writes
       size_t ev = 0;
+      begin_step();
       if (profile_) {
         ev = event_pair(st);
         // The op's label without its layer ("blk.7.attn_q.weight" -> "attn_q.weight"): one line
@@ -656,22 +800,29 @@ class CudaBackend : public Backend {
               r.f = o.f;
             }
           }
-          const Op& tail = g.ops[chain.back()];
-          if (tail.n % 32 == 0 && wants_q8(g, chain.back(), tail.out)) {
-            c.q8 = slot_q8(g, st, tail.out);
-            q8_out = tail.out;
-            q8_n = tail.n;
+          // Each output that a later product reads quantized is quantized by the op that writes it
+          // last in the chain.
+          std::vector<int> quantized;
+          for (size_t i = chain.size(); i-- > 0;) {
+            const Op& o = g.ops[chain[i]];
+            bool last_write = true;
+            for (size_t j = i + 1; j < chain.size(); ++j) last_write = last_write && g.ops[chain[j]].out != o.out;
+            if (last_write && o.n % 32 == 0 && wants_q8(g, chain.back(), o.out)) {
+              c.op[i].q8 = slot_q8(g, st, o.out);
+              quantized.push_back(o.out);
+            }
           }
-          kernels += cuda::row_chain(stream_, c);
+          kernels += cuda::row_chain(cur_, c);
           if (profile_) st.timed.back().first = "RowChain from " + st.timed.back().first;
           oi = chain.back();
           for (size_t j = first; j <= oi; ++j)
-            if (g.ops[j].out >= 0 && g.ops[j].out != q8_out) q8_cols[g.ops[j].out] = 0;
-          if (q8_out >= 0) q8_cols[q8_out] = q8_n;
+            if (g.ops[j].out >= 0) q8_cols[g.ops[j].out] = 0;
+          for (int q : quantized) q8_cols[q] = op.n;
           const cudaError_t e = cudaGetLastError();
           if (e != cudaSuccess)
             throw BackendError("[cuda] op '" + op.label + "' failed to launch: " + cudaGetErrorString(e));
           if (profile_) record(st.events[ev + 1]);
+          end_step(first, oi);
           continue;
         }
       }
@@ -684,7 +835,7 @@ class CudaBackend : public Backend {
       const int rows = op.out >= 0 ? g.rows(op.out) : T;
       switch (op.kind) {
         case OpKind::Embed:
-          kernels += cuda::embed(stream_, wref(op.w), step, T, static_cast<int>(op.w->shape[0]), op.f, op.n, out, os);
+          kernels += cuda::embed(cur_, wref(op.w), step, T, static_cast<int>(op.w->shape[0]), op.f, op.n, out, os);
           break;
         case OpKind::RmsNorm: {
           const Op* nx = oi + 1 < g.ops.size() ? &g.ops[oi + 1] : nullptr;
@@ -701,12 +852,12 @@ class CudaBackend : public Backend {
               q8_out = nx->out;
               q8_n = op.n;
             }
-            kernels += cuda::rms_norm_add(stream_, a, as, w, op.n, op.f, rows, out, os, ptr<float>(st.slots[nx->out]),
+            kernels += cuda::rms_norm_add(cur_, a, as, w, op.n, op.f, rows, out, os, ptr<float>(st.slots[nx->out]),
                                           g.slots[nx->out].cols, q8, scaled ? sc->f : 1.0f);
             oi = last;
           } else if (size_t last = 0; fuse_ && (last = finish_heads(g, oi, done, st, kv, hf)) > 0) {
             // q's norm and RoPE, k's, v's norm and the KV store
-            kernels += cuda::norm_rope_store(stream_, hf, T);
+            kernels += cuda::norm_rope_store(cur_, hf, T);
             for (size_t j = oi + 1; j <= last; ++j) {
               if (done[j]) continue;
               done[j] = 1;
@@ -716,7 +867,7 @@ class CudaBackend : public Backend {
           } else if (fuse_ && nx && nx->kind == OpKind::Rope && nx->a == op.out && nx->out == op.out &&
                      nx->group == op.group && nx->heads * nx->group == op.n) {
             // QK-norm + RoPE
-            kernels += cuda::rms_norm_rope(stream_, a, as, w, op.f, ptr<float>(st.rope[nx->table]), step, T, nx->heads,
+            kernels += cuda::rms_norm_rope(cur_, a, as, w, op.f, ptr<float>(st.rope[nx->table]), step, T, nx->heads,
                                            nx->group, out, os);
             ++oi;
           } else {
@@ -726,7 +877,7 @@ class CudaBackend : public Backend {
               q8_out = op.out;
               q8_n = op.n;
             }
-            kernels += cuda::rms_norm(stream_, a, as, w, op.n, op.group, op.f, rows, out, os, q8);
+            kernels += cuda::rms_norm(cur_, a, as, w, op.n, op.group, op.f, rows, out, os, q8);
           }
           break;
         }
@@ -734,7 +885,7 @@ class CudaBackend : public Backend {
           const Op* nx = oi + 1 < g.ops.size() ? &g.ops[oi + 1] : nullptr;
           if (fuse_ && !host_routing_ && g.T == 1 && rows == 1 && nx && nx->kind == OpKind::MoeRoute &&
               nx->a == op.out && nx->group == op.n && op.n <= 1024) {  // router product + routing
-            kernels += cuda::moe_router(stream_, wref(op.w), a, nx->w2 ? small_f32(nx->w2) : nullptr, nx->group,
+            kernels += cuda::moe_router(cur_, wref(op.w), a, nx->w2 ? small_f32(nx->w2) : nullptr, nx->group,
                                         nx->k, out, ptr<float>(st.slots[nx->out]), ptr<unsigned>(st.router_counter));
             ++oi;
           } else if (reads_q8(g, op, op.a)) {
@@ -749,19 +900,19 @@ class CudaBackend : public Backend {
               q8_cols[o.out] = 0;
             }
             const int K = static_cast<int>(op.w->cols());
-            kernels += cuda::matvec_q8(stream_, jobs, need_q8(op.a, K), K);
+            kernels += cuda::matvec_q8(cur_, jobs, need_q8(op.a, K), K);
           } else if (int8_matmul(g, op)) {
             const int K = static_cast<int>(op.w->cols());
-            kernels += cuda::matmul_q8(stream_, wref(op.w), op.n, need_prefill_q8(op.a, K), K, rows, out, os);
+            kernels += cuda::matmul_q8(cur_, wref(op.w), op.n, need_prefill_q8(op.a, K), K, rows, out, os);
           } else if (rows <= kDecodeRows || op.n <= kNarrowRows) {
             // Few rows, or few outputs: the MoE router in prefill (128 float32 rows), where the
             // tiled matmul would run one column of 8 blocks (259 us a layer for 256 tokens on the
             // H200); the matrix-vector kernel reads each weight once per 4 tokens over the whole
             // GPU (125 us a layer for 512 tokens; a tiled 8-token x 128-row kernel took 235 us on
             // 64 blocks, see RESULTS.md).
-            kernels += cuda::matvec(stream_, wref(op.w), op.n, a, as, rows, out, os);
+            kernels += cuda::matvec(cur_, wref(op.w), op.n, a, as, rows, out, os);
           } else {
-            kernels += cuda::matmul(stream_, wref(op.w), op.n, a, as, rows, out, os, opt_.precise);
+            kernels += cuda::matmul(cur_, wref(op.w), op.n, a, as, rows, out, os, opt_.precise);
           }
           break;
         }
@@ -772,18 +923,18 @@ class CudaBackend : public Backend {
             q8_out = op.out;
             q8_n = op.n;
           }
-          kernels += cuda::gelu_mul(stream_, a, as, b, bs, op.b_col, op.n, rows, out, os, q8);
+          kernels += cuda::gelu_mul(cur_, a, as, b, bs, op.b_col, op.n, rows, out, os, q8);
           break;
         }
-        case OpKind::Add: kernels += cuda::add(stream_, a, as, b, bs, op.n, rows, out, os); break;
-        case OpKind::Scale: kernels += cuda::scale(stream_, a, as, op.f, op.n, rows, out, os); break;
-        case OpKind::Softcap: kernels += cuda::softcap(stream_, a, as, op.f, op.n, rows, out, os); break;
-        case OpKind::LastRow: kernels += cuda::copy_row(stream_, a + static_cast<size_t>(T - 1) * as, op.n, out); break;
+        case OpKind::Add: kernels += cuda::add(cur_, a, as, b, bs, op.n, rows, out, os); break;
+        case OpKind::Scale: kernels += cuda::scale(cur_, a, as, op.f, op.n, rows, out, os); break;
+        case OpKind::Softcap: kernels += cuda::softcap(cur_, a, as, op.f, op.n, rows, out, os); break;
+        case OpKind::LastRow: kernels += cuda::copy_row(cur_, a + static_cast<size_t>(T - 1) * as, op.n, out); break;
         case OpKind::Rope:
-          kernels += cuda::rope(stream_, a, as, ptr<float>(st.rope[op.table]), step, T, op.heads, op.group, out, os);
+          kernels += cuda::rope(cur_, a, as, ptr<float>(st.rope[op.table]), step, T, op.heads, op.group, out, os);
           break;
         case OpKind::StoreKV:
-          kernels += cuda::store_kv(stream_, kv.ref(op.layer), a, as, b, bs, step, T, nullptr);
+          kernels += cuda::store_kv(cur_, kv.ref(op.layer), a, as, b, bs, step, T, nullptr);
           break;
         case OpKind::Attention: {
           const cuda::CacheRef c = kv.ref(op.layer);
@@ -793,17 +944,18 @@ class CudaBackend : public Backend {
             q8_out = op.out;
             q8_n = op.n;
           }
-          kernels += cuda::attention(stream_, c, a, as, step, T, op.heads, op.f, op.window, out, os,
+          kernels += cuda::attention(cur_, c, a, as, step, T, op.heads, op.f, op.window, out, os,
                                      cuda::attention_splits(c, T), ptr<float>(st.attn_scratch), q8,
-                                     attn_tc_ && !opt_.precise);
+                                     attn_tc_ && !opt_.precise,
+                                     fuse_ && attn_merge_ ? ptr<unsigned>(st.attn_counters) : nullptr);
           break;
         }
         case OpKind::MoeRoute:
-          kernels += cuda::moe_route(stream_, a, as, op.w2 ? small_f32(op.w2) : nullptr, op.group, op.k, rows, out, os);
+          kernels += cuda::moe_route(cur_, a, as, op.w2 ? small_f32(op.w2) : nullptr, op.group, op.k, rows, out, os);
           if (host_routing_) {  // debug: the naive engine's round trip, one wait per MoE layer
             CK(cudaGetLastError());
             CK(cudaMemcpyAsync(st.route_host.get(), out, static_cast<size_t>(rows) * os * sizeof(float),
-                               cudaMemcpyDeviceToHost, stream_));
+                               cudaMemcpyDeviceToHost, cur_));
             wait();
             const float* r = static_cast<const float*>(st.route_host.get());
             host_ids_.clear();
@@ -818,12 +970,12 @@ class CudaBackend : public Backend {
           if (rows <= kDecodeRows) {
             const bool ids = host_routing_ && static_cast<int>(host_ids_.size()) == rows * K && rows * K <= 64;
             const bool q8 = reads_q8(g, op, op.a);
-            kernels += cuda::moe_experts_decode(stream_, gu, dn, E, Ie, H, K, a, as, b, bs, rows,
+            kernels += cuda::moe_experts_decode(cur_, gu, dn, E, Ie, H, K, a, as, b, bs, rows,
                                                 ids ? host_ids_.data() : nullptr, st.moe.act, out, os,
                                                 q8 ? need_q8(op.a, H) : cuda::Q8Vec{},
                                                 q8 ? q8_of(st.moe_act_q8, static_cast<size_t>(K) * Ie) : cuda::Q8Vec{});
           } else {
-            kernels += cuda::moe_experts_prefill(stream_, gu, dn, E, Ie, H, K, a, as, b, bs, rows, st.moe,
+            kernels += cuda::moe_experts_prefill(cur_, gu, dn, E, Ie, H, K, a, as, b, bs, rows, st.moe,
                                                  opt_.precise, out, os,
                                                  int8_moe(g, op) ? need_prefill_q8(op.a, H) : cuda::Q8Vec{});
           }
@@ -839,16 +991,43 @@ class CudaBackend : public Backend {
       if (e != cudaSuccess)
         throw BackendError("[cuda] op '" + op.label + "' failed to launch: " + cudaGetErrorString(e));
       if (profile_) record(st.events[ev + 1]);
+      end_step(first, oi);
     }
+    if (plan && plan->steps.size() != step_no) throw std::logic_error("[cuda] graph has fewer steps than its stream plan");
+    if (plan && plan->join >= 0) CK(cudaStreamWaitEvent(stream_, st.step_events[plan->join], 0));
+    cur_ = stream_;
     return kernels;
+  }
+
+  // What an op reads and writes, as resource ids: slots by index, KV caches after them, and the
+  // scratch buffers one kind of op reuses from layer to layer (negative).
+  static void op_use(const Graph& g, const Op& o, StepUse& u) {
+    const int caches = static_cast<int>(g.slots.size());
+    if (o.a >= 0) u.reads.push_back(o.a);
+    if (o.b >= 0) u.reads.push_back(o.b);
+    if (o.out >= 0) u.writes.push_back(o.out);
+    switch (o.kind) {
+      case OpKind::StoreKV: u.writes.push_back(caches + o.layer); break;
+      case OpKind::Attention:
+        u.reads.push_back(caches + o.layer);
+        u.writes.push_back(-1);  // attn_scratch
+        break;
+      case OpKind::MoeRoute: u.writes.push_back(-2); break;    // router_counter
+      case OpKind::MoeExperts: u.writes.push_back(-3); break;  // moe.act, moe_act_q8
+      default: break;
+    }
   }
 
   static constexpr int kDecodeRows = 4;  // up to this many rows: matrix-vector kernels
   static constexpr int kNarrowRows = 128;  // products with at most this many outputs too
   BackendOptions opt_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t side_ = nullptr;  // a decode graph's independent steps (plan_streams)
+  cudaStream_t cur_ = nullptr;   // where encode() launches the current step
   bool host_routing_ = false, use_graphs_ = true, profile_ = false, fuse_ = true, int8_prefill_ = true;
+  bool streams_ = true;  // MARKBASE_CUDA_STREAMS=0: every step on one stream
   bool attn_tc_ = true;  // default-mode prefill attention on the tensor cores (attention_tc.cu)
+  bool attn_merge_ = true;  // decode attention merges its splits in the same launch
   bool capturing_ = false;           // encode() is recording into a CUDA graph
   const GraphState* timing_ = nullptr;  // profiling: the run whose op timers wait() reads
   std::map<std::string, std::pair<double, int>> prof_;

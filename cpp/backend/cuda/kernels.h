@@ -99,8 +99,8 @@ int rms_norm_rope(cudaStream_t s, const float* a, int a_stride, const float* w, 
 // A run of row ops of one token (decode) in one launch: one block does the ops in order, on copies
 // of the rows in shared memory (norm_rope.cu), so a chain of post-norm, residual add, layer scalar
 // and the next norm costs one launch. RmsNorm here has one group (group == n). Every op of a chain
-// has the same n, a multiple of 4 and at most kChainMaxN; rows are 16-byte aligned. q8 (when set):
-// the last op's output is also quantized (n % 32 == 0). row_chain_setup(): once per process.
+// has the same n, a multiple of 4 and at most kChainMaxN; rows are 16-byte aligned. An op with q8 set
+// also writes its output quantized (n % 32 == 0). row_chain_setup(): once per process.
 enum class RowOpKind { Norm, Add, Scale };
 struct RowOp {
   RowOpKind kind = RowOpKind::Add;
@@ -110,13 +110,13 @@ struct RowOp {
   const float* w = nullptr;   // Norm (may be null)
   float f = 0.0f;             // Norm: eps; Scale: factor
   float* out = nullptr;
+  Q8Vec q8;                   // if set: out's quantized copy, written too (n % 32 == 0)
 };
 constexpr int kMaxRowOps = 8;
 constexpr int kChainMaxN = 4096;
 struct RowChain {
   RowOp op[kMaxRowOps];
   int count = 0;
-  Q8Vec q8;
 };
 void row_chain_setup();
 int row_chain(cudaStream_t s, const RowChain& c);
@@ -167,9 +167,11 @@ int norm_rope_store(cudaStream_t s, const HeadFinishArgs& p, int T);
 // scratch holds rows * splits * (head_dim + 2) floats.
 // q8 (when set; one token, heads * head_dim % 32 == 0): the output row is also quantized.
 // tensor_cores (default mode): prefill over f16 caches runs on the tensor cores (attention_tc.cu).
+// counters (decode; one zeroed word per KV head, left zero): the last split block of each KV head
+// merges the splits, instead of a second launch.
 int attention(cudaStream_t s, const CacheRef& c, const float* q, int q_stride, const StepBuf* step, int T,
               int heads, float scale, int window, float* out, int out_stride, int splits, float* scratch,
-              Q8Vec q8 = {}, bool tensor_cores = false);
+              Q8Vec q8 = {}, bool tensor_cores = false, unsigned* counters = nullptr);
 int attention_splits(const CacheRef& c, int T);  // the split count the backend should use
 size_t attention_smem_limit();                     // called once: raises the kernels' smem limit
 

@@ -201,6 +201,27 @@ __device__ __forceinline__ void chain_load(const ChainPlan& p, float4* sm, bool 
   cp_async_commit();
 }
 
+// A chain op's output, quantized (Q8Vec's format): a block of 32 values is the 8 float4s of 8
+// neighbouring lanes. Every thread of the block calls it (the shuffles span whole warps).
+__device__ __forceinline__ void chain_quantize(const float4 (&v)[kChainVec], Q8Vec q8, int n4) {
+#pragma unroll
+  for (int c = 0; c < kChainVec; ++c) {
+    const int j = threadIdx.x + kChainThreads * c;
+    float amax = fmaxf(fmaxf(fabsf(v[c].x), fabsf(v[c].y)), fmaxf(fabsf(v[c].z), fabsf(v[c].w)));
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    if (j >= n4) continue;
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    char4 q;
+    q.x = static_cast<signed char>(__float2int_rn(v[c].x * inv));
+    q.y = static_cast<signed char>(__float2int_rn(v[c].y * inv));
+    q.z = static_cast<signed char>(__float2int_rn(v[c].z * inv));
+    q.w = static_cast<signed char>(__float2int_rn(v[c].w * inv));
+    reinterpret_cast<char4*>(q8.q)[j] = q;
+    if ((j & 7) == 0) q8.d[j >> 3] = amax / 127.0f;
+  }
+}
+
 __global__ void __launch_bounds__(kChainThreads) row_chain_kernel(ChainPlan p) {
   extern __shared__ float4 sm[];  // p.slots rows of p.n4 float4s
   __shared__ float part[2][kChainWarps];
@@ -269,24 +290,7 @@ __global__ void __launch_bounds__(kChainThreads) row_chain_kernel(ChainPlan p) {
         out[j] = v[c];
       }
     }
-  }
-  if (!p.c.q8.q) return;
-  // The last op's output, quantized: a block of 32 values is 8 float4s of 8 neighbouring lanes.
-#pragma unroll
-  for (int c = 0; c < kChainVec; ++c) {
-    const int j = t + kChainThreads * c;
-    float amax = fmaxf(fmaxf(fabsf(v[c].x), fabsf(v[c].y)), fmaxf(fabsf(v[c].z), fabsf(v[c].w)));
-#pragma unroll
-    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    if (j >= p.n4) continue;
-    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    char4 q;
-    q.x = static_cast<signed char>(__float2int_rn(v[c].x * inv));
-    q.y = static_cast<signed char>(__float2int_rn(v[c].y * inv));
-    q.z = static_cast<signed char>(__float2int_rn(v[c].z * inv));
-    q.w = static_cast<signed char>(__float2int_rn(v[c].w * inv));
-    reinterpret_cast<char4*>(p.c.q8.q)[j] = q;
-    if ((j & 7) == 0) p.c.q8.d[j >> 3] = amax / 127.0f;
+    if (o.q8.q) chain_quantize(v, o.q8, p.n4);
   }
 }
 
@@ -327,8 +331,7 @@ void row_chain_setup() {
   cudaFuncSetAttribute(row_chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kChainSmem));
 }
 
-// Launches the chain as few pieces as fit the shared memory (one for Gemma's chains); the last
-// piece quantizes.
+// Launches the chain as few pieces as fit the shared memory (one for Gemma's chains).
 int row_chain(cudaStream_t s, const RowChain& c) {
   int launches = 0;
   for (int first = 0; first < c.count;) {
@@ -336,8 +339,7 @@ int row_chain(cudaStream_t s, const RowChain& c) {
     while (first + count < c.count &&
            static_cast<size_t>(chain_plan(c, first, count + 1).slots) * (c.op[first].n / 4) * 16 <= kChainSmem)
       ++count;
-    ChainPlan p = chain_plan(c, first, count);
-    if (first + count == c.count) p.c.q8 = c.q8;
+    const ChainPlan p = chain_plan(c, first, count);
     enqueue(row_chain_kernel, 1, kChainThreads, static_cast<size_t>(p.slots) * p.n4 * 16, s, p);
     ++launches;
     first += count;

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Builds bench/cuda/mmq_check.cu for each tuning variant of matmul_q8.cu (in parallel), runs each
-# (correctness + timing on the 26B-A4B and E4B shapes), then Nsight Compute on the default
+# Builds bench/cuda/mmq_check.cu for each tuning variant of matmul_q8.cu (in parallel; a variant is
+# a name and nvcc flags), runs each (correctness + timing on the 26B-A4B and E4B shapes; the harness
+# itself sweeps the tile widths and K splits), then Nsight Compute on the default
 # variant's launches NCU_SKIPS (default: E4B's MLP down and the experts' gate+up). On the GPU
 # machine, from the repository root; output to $OUT/mmq.txt and $OUT/ncu_mmq.txt.
-#   VARIANTS="default:|bn64:-DMMQ_FORCE_BN=64" bash bench/cuda/mmq_variants.sh
+#   VARIANTS="default:|lineinfo:-lineinfo" bash bench/cuda/mmq_variants.sh
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-VARIANTS=${VARIANTS:-"default:|bn64:-DMMQ_FORCE_BN=64|bn128:-DMMQ_FORCE_BN=128"}
+VARIANTS=${VARIANTS:-"default:"}
 IFS='|' read -ra VS <<< "$VARIANTS"
 for v in "${VS[@]}"; do
   name=${v%%:*}; flags=${v#*:}

@@ -185,6 +185,8 @@ struct GraphState {
   DevPtr moe_act_q8;           // the experts' GeGLU outputs, quantized
   DevPtr prefill_q8;           // prefill in default mode: one slot's rows, quantized (int8 products),
   cuda::Q8Vec prefill_q8v;     // row r's codes at r * K, its scales at r * K / 32
+  DevPtr matmul_scratch;       // prefill int8 products: split-K parts and tile counters
+  cuda::MatmulQ8Scratch matmul_scratch_v;
   DevPtr router_counter;       // cuda::moe_router's count of finished blocks
   DevPtr attn_counters;        // cuda::attention's per-KV-head counts of finished split blocks
   cudaGraphExec_t exec = nullptr;
@@ -536,6 +538,17 @@ class CudaBackend : public Backend {
       if (act) st->moe.act_q8 = q8_of(st->moe_bufs.emplace_back(dev_alloc(q8_bytes(act))), act);
     }
     if (route) st->route_host = host_alloc(route * sizeof(float));
+    // The int8 products' split-K scratch: the most any of this graph's launches (as encode()
+    // batches them) asks for.
+    size_t mmq = 0;
+    std::vector<char> batched(g.ops.size(), 0);
+    for (size_t oi = 0; oi < g.ops.size(); ++oi)
+      if (!batched[oi] && int8_matmul(g, g.ops[oi]))
+        mmq = std::max(mmq, cuda::matmul_q8_scratch_bytes(prefill_jobs(g, *st, oi, batched), g.rows(g.ops[oi].out)));
+    if (mmq) {
+      st->matmul_scratch = dev_alloc(mmq);  // zeroed: the tile counters start at 0
+      st->matmul_scratch_v = {st->matmul_scratch.get(), mmq};
+    }
     st->router_counter = dev_alloc(sizeof(unsigned));
     st->attn_counters = dev_alloc(kv_heads_max * sizeof(unsigned));
     if (q8_graph(g)) {
@@ -578,14 +591,20 @@ class CudaBackend : public Backend {
   // The later products that can share op oi's launch (same quantized input, weight type and
   // width): each must be movable to oi, i.e. no op in between reads or writes its output, and
   // nothing in between rewrites the input.
-  std::vector<size_t> batch_products(const Graph& g, size_t oi, const std::vector<char>& done) const {
+  // prefill: int8 prefill products (int8_matmul) of the same input rows instead.
+  std::vector<size_t> batch_products(const Graph& g, size_t oi, const std::vector<char>& done,
+                                     bool prefill = false) const {
     const Op& op = g.ops[oi];
     std::vector<size_t> jobs{oi};
     if (!fuse_) return jobs;
-    for (size_t j = oi + 1; j < g.ops.size() && jobs.size() < static_cast<size_t>(cuda::kMaxMatvecJobs); ++j) {
+    const size_t max_jobs = prefill ? cuda::kMaxMatmulQ8Jobs : cuda::kMaxMatvecJobs;
+    for (size_t j = oi + 1; j < g.ops.size() && jobs.size() < max_jobs; ++j) {
       const Op& o = g.ops[j];
       if (o.out == op.a) break;
-      if (done[j] || o.kind != OpKind::MatMul || !reads_q8(g, o, op.a) || o.w->type != op.w->type ||
+      const bool same_input = prefill ? o.kind == OpKind::MatMul && o.a == op.a && int8_matmul(g, o) &&
+                                            g.rows(o.out) == g.rows(op.out)
+                                      : reads_q8(g, o, op.a);
+      if (done[j] || o.kind != OpKind::MatMul || !same_input || o.w->type != op.w->type ||
           o.w->cols() != op.w->cols())
         continue;
       bool movable = true;
@@ -603,6 +622,21 @@ class CudaBackend : public Backend {
   bool int8_matmul(const Graph& g, const Op& op) const {
     return int8_prefill_ && op.kind == OpKind::MatMul && g.rows(op.out) > kDecodeRows && op.n > kNarrowRows &&
            cuda::has_q8_dot(static_cast<int>(op.w->type)) && op.w->cols() % 32 == 0;
+  }
+  // Prefill: int8 product oi and the later ones that share its launch (batch_products), as the
+  // launch's jobs; marks them done.
+  cuda::MatmulQ8Jobs prefill_jobs(const Graph& g, GraphState& st, size_t oi, std::vector<char>& done) {
+    cuda::MatmulQ8Jobs jobs;
+    for (size_t j : batch_products(g, oi, done, true)) {
+      const Op& o = g.ops[j];
+      jobs.w[jobs.count] = wref(o.w);
+      jobs.n[jobs.count] = o.n;
+      jobs.out[jobs.count] = ptr<float>(st.slots[o.out]);
+      jobs.out_stride[jobs.count] = g.slots[o.out].cols;
+      ++jobs.count;
+      done[j] = 1;
+    }
+    return jobs;
   }
   bool int8_moe(const Graph& g, const Op& op) const {
     return int8_prefill_ && op.kind == OpKind::MoeExperts && g.rows(op.out) > kDecodeRows && op.w->type == op.w2->type &&
@@ -903,7 +937,8 @@ class CudaBackend : public Backend {
             kernels += cuda::matvec_q8(cur_, jobs, need_q8(op.a, K), K);
           } else if (int8_matmul(g, op)) {
             const int K = static_cast<int>(op.w->cols());
-            kernels += cuda::matmul_q8(cur_, wref(op.w), op.n, need_prefill_q8(op.a, K), K, rows, out, os);
+            const cuda::MatmulQ8Jobs jobs = prefill_jobs(g, st, oi, done);
+            kernels += cuda::matmul_q8_jobs(cur_, jobs, need_prefill_q8(op.a, K), K, rows, st.matmul_scratch_v);
           } else if (rows <= kDecodeRows || op.n <= kNarrowRows) {
             // Few rows, or few outputs: the MoE router in prefill (128 float32 rows), where the
             // tiled matmul would run one column of 8 blocks (259 us a layer for 256 tokens on the

@@ -76,10 +76,32 @@ int matmul(cudaStream_t s, const WeightRef& w, int N, const float* a, int a_stri
 // --- matmul_q8.cu: the same on quantized activation rows (quantize_q8 with q_stride = a_stride)
 // and the int8 tensor cores, for weights of a has_q8_dot() type (default mode). a_stride: bytes of
 // codes per row, a multiple of 32. Grouped rows as matmul's. matmul_q8_setup(): once per process
-// (raises the kernels' shared-memory limit).
+// (raises the kernels' shared-memory limit, reads the occupancy the launch plans use).
 void matmul_q8_setup();
 int matmul_q8(cudaStream_t s, const WeightRef& w, int N, Q8Vec a, int a_stride, int M, float* out, int out_stride,
               const Grouped* grouped = nullptr);
+// Several products of the same quantized rows (one weight type and K) in one launch, each with
+// its own weights, outputs and output stride; long-K products may split K over several blocks
+// per tile when that fills the GPU better, summing the parts in a fixed order (the same bits on
+// every run). scratch: the split parts and per-tile counters, matmul_q8_scratch_bytes() of them,
+// zeroed once when allocated (each launch leaves its counters at zero again); a launch whose plan
+// needs more than scratch.bytes does not split. bn, split: force a tile width (64, 128) and
+// split count, for the check harness (0: the launch plan's).
+constexpr int kMaxMatmulQ8Jobs = 4;
+struct MatmulQ8Jobs {
+  WeightRef w[kMaxMatmulQ8Jobs];
+  int n[kMaxMatmulQ8Jobs] = {};
+  float* out[kMaxMatmulQ8Jobs] = {};
+  int out_stride[kMaxMatmulQ8Jobs] = {};
+  int count = 0;
+};
+struct MatmulQ8Scratch {
+  void* p = nullptr;
+  size_t bytes = 0;
+};
+size_t matmul_q8_scratch_bytes(const MatmulQ8Jobs& jobs, int M);
+int matmul_q8_jobs(cudaStream_t s, const MatmulQ8Jobs& jobs, Q8Vec a, int a_stride, int M, MatmulQ8Scratch scratch,
+                   int bn = 0, int split = 0);
 
 // --- norm_rope.cu: row-wise and element-wise ops.
 int embed(cudaStream_t s, const WeightRef& w, const StepBuf* step, int T, int vocab, float scale,

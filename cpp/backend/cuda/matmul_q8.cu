@@ -16,14 +16,22 @@
 // BN is 128 (8 warps), or 64 (4 warps) where 128-row tiles would leave the GPU part empty: a
 // 512-token prefill has only 8 row tiles, so a 2560-row product makes 160 blocks of 128 rows for
 // 132 multiprocessors that each hold two (bench/cuda/mmq_check.cu measures both).
+//
+// One launch may hold several products of the same quantized rows (q, k and v; gate and up):
+// their column tiles side by side in one grid, so that small ones (k, v: 64 blocks each) do not
+// leave the GPU idle on their own. And a product whose tiles would fill the GPU badly (o, down:
+// long K, few tiles) may split K over gridDim.z blocks per tile: each part stores its sums, and
+// the tile's last part to finish adds the parts in the fixed order 0, 1, .. (the same bits
+// whichever finishes last). A cost model of the launch (launch_cost) picks the tile width and
+// the split.
+#include <algorithm>
+#include <cmath>
+
 #include "backend/cuda/matmul_tiles.cuh"
 
 namespace markbase::cuda {
 namespace {
 
-#ifndef MMQ_FORCE_BN  // 64 or 128: the check harness times one tile width on every shape
-#define MMQ_FORCE_BN 0
-#endif
 constexpr int BM = kMatmulBM, KB = 4;
 static_assert(BM == 64, "the warp grid covers 64 rows");
 // One row's codes of a stage, padded by 16 bytes: ldmatrix's 8 rows x 16 bytes then hit 32
@@ -35,24 +43,41 @@ struct Tiles {
   static constexpr int BN = BN_, kThreads = 2 * BN_, kWarpsN = BN_ / 32;
   static constexpr int kAChunks = BM * KB * 2 / kThreads;  // 16-byte activation chunks per thread
   static constexpr int kAScales = BM * KB / kThreads;      // activation scales per thread
+  // The scales of a stage, block-major and permuted (da_pos, dw_pos) so that a lane reads its
+  // four rows' activation scales as one float4 and its eight columns' weight scales as two.
   struct Stage {
     signed char a[BM][kRowBytes];
     signed char w[BN][kRowBytes];
-    float da[KB][BM];  // block-major: a lane's two columns' weight scales are one float2
+    float da[KB][BM];
     float dw[KB][BN];
   };
   static constexpr int kSmemBytes = 2 * static_cast<int>(sizeof(Stage));
 };
 
+// Where a stage keeps row m's activation scale and column n's weight scale: the mma fragment
+// gives lane (g, t) of a warp rows 32 wm + 16 i + 8 h + g (i, h < 2) and columns
+// 32 wn + 8 j + 2 t + c (j < 4, c < 2), stored at 32 wm + 4 g + 2 i + h and 32 wn + 8 t + 2 j + c.
+__device__ __forceinline__ int da_pos(int m) { return (m & ~31) | (m & 7) << 2 | (m >> 4 & 1) << 1 | (m >> 3 & 1); }
+__device__ __forceinline__ int dw_pos(int n) { return (n & ~31) | (n >> 1 & 3) << 3 | (n >> 3 & 3) << 1 | (n & 1); }
+
+struct Job {
+  const mb_u8* w;
+  float* out;
+  int N, out_stride;
+  int x0;  // the job's first column tile (blockIdx.x)
+};
+
 struct Args {
-  WeightRef w;
-  int N;
+  WeightRef w;  // the jobs' weight type, K and row bytes (and expert bytes, grouped); its data: job 0's
+  Job job[kMaxMatmulQ8Jobs];
+  int jobs;
   Q8Vec a;
   int a_stride;  // bytes of codes per activation row (a multiple of 32); scales: a_stride / 32
   int M;
-  float* out;
-  int out_stride;
   Grouped g;
+  int split;           // parts of K per tile (gridDim.z)
+  unsigned* counters;  // split > 1: per tile (blockIdx.y, blockIdx.x), its parts finished
+  float* partial;      // split > 1: per tile and part, the part's BM x BN sums
 };
 
 // Integer sums ride in float registers through the magic-number trick: the accumulator starts at
@@ -109,7 +134,7 @@ __device__ __forceinline__ void copy_a_stage(const Args& p, const int (&arow)[C:
     const int idx = tid + kThreads * r, b = kb0 + idx % KB;
     const bool ok = arow[kPer + r] >= 0 && b < nb;
     const float* src = ok ? p.a.d + static_cast<size_t>(arow[kPer + r]) * (p.a_stride / 32) + b : p.a.d;
-    cp_async(&st.da[idx % KB][idx / KB], src, 4, ok ? 4 : 0);
+    cp_async(&st.da[idx % KB][da_pos(idx / KB)], src, 4, ok ? 4 : 0);
   }
 }
 
@@ -131,7 +156,7 @@ struct Staged {
 };
 
 template <class C, int TYPE, bool PAIRED>
-__device__ __forceinline__ void load_w_stage(const Args& p, const TileRows& tr, int n0, int kb0, int nb,
+__device__ __forceinline__ void load_w_stage(const Args& p, const TileRows& tr, int N, int n0, int kb0, int nb,
                                              Staged<TYPE, PAIRED>& s) {
   using S = Staged<TYPE, PAIRED>;
   constexpr int kThreads = C::kThreads;
@@ -140,7 +165,7 @@ __device__ __forceinline__ void load_w_stage(const Args& p, const TileRows& tr, 
   for (int r = 0; r < S::kLoads; ++r) {
     const int idx = tid + kThreads * r, n = n0 + idx / S::kPerRow;
     const int b = kb0 + (idx % S::kPerRow) * (PAIRED ? 2 : 1);  // nb is even when PAIRED
-    const bool ok = n < p.N && b < nb;
+    const bool ok = n < N && b < nb;
     const mb_u8* blk = tr.w + static_cast<size_t>(ok ? n : 0) * p.w.row_bytes + S::kBlockBytes * (ok ? b : 0);
     if constexpr (PAIRED) {
       const unsigned* q = reinterpret_cast<const unsigned*>(blk);
@@ -167,7 +192,7 @@ __device__ __forceinline__ void store_block(const unsigned* words, int off, Stag
     return ((k + off) & 3) ? __byte_perm(words[i], words[i + 1], 0x5432) : words[i];
   };
   const unsigned short d = static_cast<unsigned short>(off ? words[0] >> 16 : words[0] & 0xFFFFu);
-  st.dw[b][n] = __half2float(__ushort_as_half(d));
+  st.dw[b][dw_pos(n)] = __half2float(__ushort_as_half(d));
   unsigned q[kQs];
 #pragma unroll
   for (int i = 0; i < kQs; ++i) q[i] = word_at(2 + 4 * i);
@@ -213,6 +238,16 @@ __device__ __forceinline__ void store_w_stage(const Staged<TYPE, PAIRED>& s, typ
   }
 }
 
+// This block's product: the last job whose column tiles start at or before blockIdx.x
+// (constant indices: the jobs stay in parameter space).
+__device__ __forceinline__ Job block_job(const Args& p) {
+  Job jb = p.job[0];
+#pragma unroll
+  for (int j = 1; j < kMaxMatmulQ8Jobs; ++j)
+    if (j < p.jobs && static_cast<int>(blockIdx.x) >= p.job[j].x0) jb = p.job[j];
+  return jb;
+}
+
 // 128 registers a thread: two blocks of 8 warps (or four of 4) per multiprocessor.
 template <int TYPE, bool PAIRED, int BN>
 __global__ void __launch_bounds__(2 * BN, 256 / BN) matmul_q8_kernel(Args p) {
@@ -222,11 +257,16 @@ __global__ void __launch_bounds__(2 * BN, 256 / BN) matmul_q8_kernel(Args p) {
   constexpr int kThreads = C::kThreads;
   extern __shared__ __align__(16) unsigned char smem[];
   Stage* stages = reinterpret_cast<Stage*>(smem);
+  const Job jb = block_job(p);
+  WeightRef wr = p.w;
+  wr.data = jb.w;
   TileRows tr;
-  if (!tr.init(p.w, p.g, p.M, BM)) return;
+  if (!tr.init(wr, p.g, p.M, BM)) return;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / C::kWarpsN, wn = warp % C::kWarpsN, g = lane / 4, t = lane % 4;
-  const int n0 = blockIdx.x * BN, nb = p.w.K / 32, stages_n = (nb + KB - 1) / KB;
+  const int n0 = (blockIdx.x - jb.x0) * BN, nb = p.w.K / 32, stages_n = (nb + KB - 1) / KB;
+  // This part's stages of K: [st0, st1)
+  const int z = blockIdx.z, st0 = z * stages_n / p.split, st1 = (z + 1) * stages_n / p.split;
   // The activation rows this thread copies (copy_a_stage): its chunks' rows, then its scales'.
   int arow[C::kAChunks + C::kAScales];
 #pragma unroll
@@ -243,22 +283,22 @@ __global__ void __launch_bounds__(2 * BN, 256 / BN) matmul_q8_kernel(Args p) {
       for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
 
   Staged<TYPE, PAIRED> s;
-  copy_a_stage<C>(p, arow, 0, nb, stages[0]);
-  load_w_stage<C>(p, tr, n0, 0, nb, s);
+  copy_a_stage<C>(p, arow, st0 * KB, nb, stages[0]);
+  load_w_stage<C>(p, tr, jb.N, n0, st0 * KB, nb, s);
   store_w_stage<C>(s, stages[0]);
   cp_async_wait_all();
   __syncthreads();
-  for (int st = 0; st < stages_n; ++st) {
-    const bool more = st + 1 < stages_n;
+  for (int st = st0; st < st1; ++st) {
+    const bool more = st + 1 < st1;
+    const int cur = (st - st0) & 1;
     if (more) {  // the next stage's loads, in flight during this stage's products
-      copy_a_stage<C>(p, arow, (st + 1) * KB, nb, stages[(st + 1) & 1]);
-      load_w_stage<C>(p, tr, n0, (st + 1) * KB, nb, s);
+      copy_a_stage<C>(p, arow, (st + 1) * KB, nb, stages[cur ^ 1]);
+      load_w_stage<C>(p, tr, jb.N, n0, (st + 1) * KB, nb, s);
     }
-    const Stage& S = stages[st & 1];
+    const Stage& S = stages[cur];
 #pragma unroll 1
     for (int kb = 0; kb < KB; ++kb) {
       int a[2][4], b[4][2];
-      float da[2][2], dw[4][2];
       // ldmatrix.x4 hands each lane the fragment words the mma expects: for A, matrices (rows
       // 0-7 | 8-15) x (codes 0-15 | 16-31), lanes 8q..8q+7 addressing matrix q's rows; for B,
       // two 8-column tiles j, j + 1 at once, (codes 0-15 | 16-31) each.
@@ -274,18 +314,12 @@ __global__ void __launch_bounds__(2 * BN, 256 / BN) matmul_q8_kernel(Args p) {
           b[j][0] = r[0]; b[j][1] = r[1]; b[j + 1][0] = r[2]; b[j + 1][1] = r[3];
         }
       }
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int m = wm * 32 + i * 16 + g;
-        da[i][0] = S.da[kb][m];
-        da[i][1] = S.da[kb][m + 8];
-      }
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float2 v = *reinterpret_cast<const float2*>(&S.dw[kb][wn * 32 + j * 8 + 2 * t]);
-        dw[j][0] = v.x;
-        dw[j][1] = v.y;
-      }
+      // The scales, in the order da_pos / dw_pos keep them: da[2 i + h], dw[2 j + c]
+      const float4 da4 = *reinterpret_cast<const float4*>(&S.da[kb][wm * 32 + 4 * g]);
+      const float4 dw4a = *reinterpret_cast<const float4*>(&S.dw[kb][wn * 32 + 8 * t]);
+      const float4 dw4b = *reinterpret_cast<const float4*>(&S.dw[kb][wn * 32 + 8 * t + 4]);
+      const float da[4] = {da4.x, da4.y, da4.z, da4.w};
+      const float dw[8] = {dw4a.x, dw4a.y, dw4a.z, dw4a.w, dw4b.x, dw4b.y, dw4b.z, dw4b.w};
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -293,29 +327,71 @@ __global__ void __launch_bounds__(2 * BN, 256 / BN) matmul_q8_kernel(Args p) {
           int c[4] = {kMagicBits, kMagicBits, kMagicBits, kMagicBits};
           mma_s8(c, a[i], b[j]);
 #pragma unroll
-          for (int r = 0; r < 4; ++r)
-            acc[i][j][r] = fmaf(fmaf(__int_as_float(c[r]), dw[j][r & 1], -kMagic * dw[j][r & 1]), da[i][r >> 1],
-                                acc[i][j][r]);
+          for (int r = 0; r < 4; ++r) {
+            const float w = dw[2 * j + (r & 1)];
+            acc[i][j][r] = fmaf(fmaf(__int_as_float(c[r]), w, -kMagic * w), da[2 * i + (r >> 1)], acc[i][j][r]);
+          }
         }
     }
-    if (more) store_w_stage<C>(s, stages[(st + 1) & 1]);
+    if (more) store_w_stage<C>(s, stages[cur ^ 1]);
     cp_async_wait_all();
     __syncthreads();
   }
 
-  // C fragment: value r of tile (i, j) is row g + 8 (r / 2), column 2 t + r % 2.
+  if (p.split > 1) {
+    // Split K: this part's sums go to the workspace (float4 (i, j) of thread tid of part q at
+    // float4 (8 q + 4 i + j) kThreads + tid of the tile's parts), and the tile's last part to
+    // finish adds the parts in the order 0, 1, .., split - 1, reading back the others' (its own
+    // from registers, the bits it stored). release (the counter): this block's parts are visible
+    // before it is counted; acquire (the last block): the other parts are, after the barrier.
+    __shared__ bool last;
+    const unsigned tile = blockIdx.y * gridDim.x + blockIdx.x;
+    float4* parts = reinterpret_cast<float4*>(p.partial) + static_cast<size_t>(tile) * p.split * 8 * kThreads + tid;
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        __stcg(parts + (8 * z + 4 * i + j) * kThreads, make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]));
+    __syncthreads();
+    if (tid == 0) last = atomic_add_acq_rel(p.counters + tile, 1u) == static_cast<unsigned>(p.split - 1);
+    __syncthreads();
+    if (!last) return;
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float4 own = make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]);
+        float4 sum = z == 0 ? own : __ldcg(parts + (4 * i + j) * kThreads);
+        for (int q = 1; q < p.split; ++q) {
+          const float4 v = q == z ? own : __ldcg(parts + (8 * q + 4 * i + j) * kThreads);
+          sum.x += v.x;
+          sum.y += v.y;
+          sum.z += v.z;
+          sum.w += v.w;
+        }
+        acc[i][j][0] = sum.x;
+        acc[i][j][1] = sum.y;
+        acc[i][j][2] = sum.z;
+        acc[i][j][3] = sum.w;
+      }
+    if (tid == 0) p.counters[tile] = 0;  // ready for the next launch
+  }
+
+  // C fragment: value r of tile (i, j) is row g + 8 (r / 2), column 2 t + r % 2. The job is
+  // looked up again rather than kept in registers through the loop.
+  const Job ob = block_job(p);
 #pragma unroll
   for (int i = 0; i < 2; ++i)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int orow = tr.o_row(wm * 32 + i * 16 + g + 8 * h);
       if (orow < 0) continue;
-      float* o = p.out + static_cast<size_t>(orow) * p.out_stride;
+      float* o = ob.out + static_cast<size_t>(orow) * ob.out_stride;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int n = n0 + wn * 32 + j * 8 + 2 * t;
-        if (n < p.N) o[n] = acc[i][j][2 * h];
-        if (n + 1 < p.N) o[n + 1] = acc[i][j][2 * h + 1];
+        if (n < ob.N) o[n] = acc[i][j][2 * h];
+        if (n + 1 < ob.N) o[n + 1] = acc[i][j][2 * h + 1];
       }
     }
 }
@@ -329,9 +405,20 @@ void raise_smem_limit() {
   cudaFuncSetAttribute(matmul_q8_kernel<MB_Q8_0, false, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
+// Blocks of BN columns one multiprocessor holds at once (the Q4_0 kernel's; the others' match).
 template <int BN>
-void launch(cudaStream_t s, const Args& p, int tiles_m, bool paired) {
-  const dim3 grid(MB_BLOCKS(p.N, BN), tiles_m);
+int resident_blocks() {
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, matmul_q8_kernel<MB_Q4_0, true, BN>, Tiles<BN>::kThreads,
+                                                    Tiles<BN>::kSmemBytes) != cudaSuccess || n < 1) {
+    cudaGetLastError();
+    n = 256 / BN;  // the launch bounds' count
+  }
+  return n;
+}
+
+template <int BN>
+void launch(cudaStream_t s, const Args& p, dim3 grid, bool paired) {
   constexpr int threads = Tiles<BN>::kThreads, smem = Tiles<BN>::kSmemBytes;
   if (p.w.type == MB_Q4_0) {
     if (paired) enqueue(matmul_q8_kernel<MB_Q4_0, true, BN>, grid, threads, smem, s, p);
@@ -343,6 +430,77 @@ void launch(cudaStream_t s, const Args& p, int tiles_m, bool paired) {
 }
 
 int g_sm_count = 132;
+int g_resident[2] = {4, 2};  // blocks of 64 and of 128 columns per multiprocessor (setup)
+
+// 32-bit weight loads need 4-byte aligned rows (an even number of blocks) and matrices.
+bool paired_rows(const WeightRef& w) {
+  return (w.K / 32) % 2 == 0 && (reinterpret_cast<uintptr_t>(w.data) & 3) == 0 && w.row_bytes % 4 == 0 &&
+         w.expert_bytes % 4 == 0;
+}
+
+int column_tiles(const MatmulQ8Jobs& jobs, int bn) {
+  int x = 0;
+  for (int j = 0; j < jobs.count; ++j) x += static_cast<int>(MB_BLOCKS(jobs.n[j], bn));
+  return x;
+}
+
+// The cost model of a launch: blocks are dealt evenly over the multiprocessors, and the busiest
+// one runs its share in rounds of at most the resident count; a round of n blocks runs at a speed
+// that grows with its warps up to 16, as (warps / 16)^0.3 (more warps hide more latency). A
+// block's work: its width times its stages, plus half a stage that nothing overlaps (the first
+// loads) and, when split, 1.5 stages for storing its part and its share of the sum; 64-column
+// blocks do 0.9 of the work per column (four blocks of 4 warps wait less at their barriers than
+// two of 8). The constants are fitted to bench/cuda/mmq_check.cu's sweep of every width and split
+// on the H200 (14 shapes of E4B and 26B-A4B, 184 launches: the model's pick is within 1 % of the
+// fastest on average, at most 5 %).
+double launch_cost(int bn, int split, int tiles, int stages) {
+  const int resident = g_resident[bn == 128], warps = bn / 16;
+  long busiest = (static_cast<long>(tiles) * split + g_sm_count - 1) / g_sm_count;
+  const double work = (bn == 64 ? 0.9 : 1.0) * bn * ((stages + split - 1) / split + 0.5 + (split > 1 ? 1.5 : 0.0));
+  double t = 0;
+  for (; busiest > 0; busiest -= resident) {
+    const int n = static_cast<int>(std::min<long>(busiest, resident));
+    t += n * work / std::pow(std::min(n * warps, 16) / 16.0, 0.3);
+  }
+  return t;
+}
+
+struct Plan {
+  int bn = 128, split = 1;
+};
+
+// The scratch of a split launch: the tile counters at a fixed place (launches of other widths and
+// splits share the scratch, so no launch's parts may fall on another's counters), then the parts.
+constexpr int kMaxSplitTiles = 16384;
+constexpr size_t kCounterBytes = kMaxSplitTiles * sizeof(unsigned);
+size_t split_bytes(int tiles, int bn, int split) {
+  if (split <= 1) return 0;
+  return kCounterBytes + static_cast<size_t>(tiles) * split * BM * bn * sizeof(float);
+}
+
+// The cheapest tile width and split by launch_cost (splits of at least 2 stages a part that fit in
+// scratch; a split the check harness forces must fit too), preferring narrow tiles and fewer parts
+// unless the model saves at least 2 %.
+Plan choose_plan(const MatmulQ8Jobs& jobs, int M, size_t scratch, int force_bn, int force_split) {
+  const int tiles_m = static_cast<int>(MB_BLOCKS(M, BM)), stages = (jobs.w[0].K / 32 + KB - 1) / KB;
+  Plan best;
+  double best_cost = 0;
+  for (int bn : {64, 128}) {
+    if (force_bn && bn != force_bn) continue;
+    const int tiles = column_tiles(jobs, bn) * tiles_m;
+    for (int split = 1; split <= 8; ++split) {
+      const bool fits = tiles <= kMaxSplitTiles && split_bytes(tiles, bn, split) <= scratch;
+      if (force_split && split != force_split) continue;
+      if (split > 1 && (!fits || (!force_split && stages / split < 2))) continue;
+      const double c = launch_cost(bn, split, tiles, stages);
+      if (best_cost == 0 || c < 0.98 * best_cost) {
+        best = {bn, split};
+        best_cost = c;
+      }
+    }
+  }
+  return best;
+}
 
 }  // namespace
 
@@ -351,20 +509,73 @@ void matmul_q8_setup() {
   raise_smem_limit<128>();
   int dev = 0;
   if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&g_sm_count, cudaDevAttrMultiProcessorCount, dev);
+  g_resident[0] = resident_blocks<64>();
+  g_resident[1] = resident_blocks<128>();
+}
+
+size_t matmul_q8_scratch_bytes(const MatmulQ8Jobs& jobs, int M) {
+  if (jobs.count < 1) return 0;
+  const Plan pl = choose_plan(jobs, M, ~size_t{0}, 0, 0);
+  return split_bytes(column_tiles(jobs, pl.bn) * static_cast<int>(MB_BLOCKS(M, BM)), pl.bn, pl.split);
+}
+
+int matmul_q8_jobs(cudaStream_t s, const MatmulQ8Jobs& jobs, Q8Vec a, int a_stride, int M, MatmulQ8Scratch scratch,
+                   int bn, int split) {
+  const WeightRef& w = jobs.w[0];
+  if (jobs.count < 1 || jobs.count > kMaxMatmulQ8Jobs || (w.type != MB_Q4_0 && w.type != MB_Q8_0)) return 0;
+  const Plan pl = choose_plan(jobs, M, scratch.bytes, bn, split);
+  Args p{};
+  p.w = w;
+  p.jobs = jobs.count;
+  p.a = a;
+  p.a_stride = a_stride;
+  p.M = M;
+  p.split = pl.split;
+  bool paired = true;
+  int x = 0;
+  for (int j = 0; j < jobs.count; ++j) {
+    p.job[j] = {jobs.w[j].data, jobs.out[j], jobs.n[j], jobs.out_stride[j], x};
+    x += static_cast<int>(MB_BLOCKS(jobs.n[j], pl.bn));
+    paired = paired && paired_rows(jobs.w[j]);
+  }
+  const int tiles_m = static_cast<int>(MB_BLOCKS(M, BM));
+  if (pl.split > 1) {
+    p.counters = static_cast<unsigned*>(scratch.p);
+    p.partial = reinterpret_cast<float*>(static_cast<char*>(scratch.p) + kCounterBytes);
+  }
+  const dim3 grid(x, tiles_m, pl.split);
+  if (pl.bn == 128) launch<128>(s, p, grid, paired);
+  else launch<64>(s, p, grid, paired);
+  return 1;
 }
 
 int matmul_q8(cudaStream_t s, const WeightRef& w, int N, Q8Vec a, int a_stride, int M, float* out, int out_stride,
               const Grouped* grouped) {
   if (w.type != MB_Q4_0 && w.type != MB_Q8_0) return 0;  // the backend checks has_q8_dot() first
-  const Args p{w, N, a, a_stride, M, out, out_stride, grouped ? *grouped : Grouped{}};
-  const int tiles_m = grouped ? grouped->max_tiles : static_cast<int>(MB_BLOCKS(M, BM));
-  // 32-bit weight loads need 4-byte aligned rows (an even number of blocks) and matrices
-  const bool paired = (w.K / 32) % 2 == 0 && (reinterpret_cast<uintptr_t>(w.data) & 3) == 0 &&
-                      w.row_bytes % 4 == 0 && w.expert_bytes % 4 == 0;
-  // 128-row tiles where they make at least four blocks per multiprocessor (two rounds of two)
-  const bool wide = MMQ_FORCE_BN ? MMQ_FORCE_BN == 128 : MB_BLOCKS(N, 128) * tiles_m >= 4 * g_sm_count;
-  if (wide) launch<128>(s, p, tiles_m, paired);
-  else launch<64>(s, p, tiles_m, paired);
+  if (!grouped) {
+    MatmulQ8Jobs one;
+    one.w[0] = w;
+    one.n[0] = N;
+    one.out[0] = out;
+    one.out_stride[0] = out_stride;
+    one.count = 1;
+    return matmul_q8_jobs(s, one, a, a_stride, M, {});
+  }
+  // Grouped (MoE experts): the tile list's length is known on the device only, so its bound
+  // (max_tiles) decides the width: 128-row tiles where they make at least four blocks per
+  // multiprocessor (two rounds of two).
+  Args p{};
+  p.w = w;
+  p.job[0] = {w.data, out, N, out_stride, 0};
+  p.jobs = 1;
+  p.a = a;
+  p.a_stride = a_stride;
+  p.M = M;
+  p.g = *grouped;
+  p.split = 1;
+  const bool wide = MB_BLOCKS(N, 128) * grouped->max_tiles >= 4 * g_sm_count;
+  if (wide) launch<128>(s, p, dim3(MB_BLOCKS(N, 128), grouped->max_tiles), paired_rows(w));
+  else launch<64>(s, p, dim3(MB_BLOCKS(N, 64), grouped->max_tiles), paired_rows(w));
   return 1;
 }
 

@@ -20,7 +20,7 @@ namespace {
 
 struct Args {
   std::string model, backend = "auto";
-  int threads = 0, prompt_tokens = 512, gen_tokens = 128, repeats = 3;
+  int threads = 0, prompt_tokens = 512, gen_tokens = 128, repeats = 3, prefill_chunk = 0;
   bool json = false, bandwidth = false;
   double device_gbs = 0.0;  // --read-bandwidth-gbs: a bandwidth measured elsewhere (a GPU's)
 };
@@ -28,7 +28,7 @@ struct Args {
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "markbase-bench: %s\nusage: markbase-bench --model PATH [--backend auto|cpu|metal|cuda] "
-               "[--threads N] [--prompt-tokens N] [--gen-tokens N] [--repeats N] [--json] [--bandwidth | "
+               "[--threads N] [--prompt-tokens N] [--gen-tokens N] [--repeats N] [--prefill-chunk N] [--json] [--bandwidth | "
                "--read-bandwidth-gbs GBS]\n",
                why.c_str());
   std::exit(2);
@@ -55,6 +55,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--prompt-tokens") a.prompt_tokens = parse_int(f, val(), 1);
     else if (f == "--gen-tokens") a.gen_tokens = parse_int(f, val(), 1);
     else if (f == "--repeats") a.repeats = parse_int(f, val(), 1);
+    else if (f == "--prefill-chunk") a.prefill_chunk = parse_int(f, val(), 1);
     else if (f == "--json") a.json = true;
     else if (f == "--bandwidth") a.bandwidth = true;
     else if (f == "--read-bandwidth-gbs") {
@@ -114,6 +115,7 @@ int main(int argc, char** argv) {
     o.backend = a.backend;
     o.threads = a.threads;
     o.max_context = a.prompt_tokens + a.gen_tokens + 1;
+    o.prefill_chunk = a.prefill_chunk;  // 0: the backend's choice
     markbase::Engine e(a.model, o);
     // --bandwidth measures this machine's RAM, which is the floor's bandwidth only on the CPU; a GPU
     // backend's floor takes the device's bandwidth, measured elsewhere (--read-bandwidth-gbs).
@@ -150,10 +152,10 @@ int main(int argc, char** argv) {
     const double floor_tok_s = bw > 0 ? bw * 1e9 / wbytes : 0.0;
     if (a.json) {
       std::printf("{\"model\": \"%s\", \"backend\": \"%s\", \"threads\": %d, \"prompt_tokens\": %d, "
-                  "\"gen_tokens\": %d, \"repeats\": %d, \"prefill_tok_s\": %.3f, \"decode_tok_s\": %.3f, "
+                  "\"prefill_chunk\": %d, \"gen_tokens\": %d, \"repeats\": %d, \"prefill_tok_s\": %.3f, \"decode_tok_s\": %.3f, "
                   "\"peak_rss_mib\": %.1f, \"host_waits_per_token\": %d, \"kernels_per_token\": %d, "
                   "\"decode_weight_bytes\": %.0f, \"read_bandwidth_gbs\": %.2f, \"decode_floor_tok_s\": %.2f}\n",
-                  a.model.c_str(), e.backend_name().c_str(), a.threads, a.prompt_tokens, a.gen_tokens,
+                  a.model.c_str(), e.backend_name().c_str(), a.threads, a.prompt_tokens, a.prefill_chunk, a.gen_tokens,
                   a.repeats, p, d, peak_mib, e.waits_per_token(), e.ops_per_token(), wbytes, bw, floor_tok_s);
     } else {
       std::printf("model: %s\nbackend: %s\nprefill: %.1f tok/s (%d tokens)\ndecode: %.1f tok/s "

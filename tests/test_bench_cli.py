@@ -30,6 +30,14 @@ def test_floor_from_given_bandwidth(tiny_models):
     row = json.loads(r.stdout.strip().splitlines()[-1])
     assert row["read_bandwidth_gbs"] == pytest.approx(12.5)
     assert row["decode_floor_tok_s"] == pytest.approx(12.5e9 / row["decode_weight_bytes"], rel=1e-3)
+    assert row["prefill_chunk"] == 0  # the backend's choice
+
+
+def test_prefill_chunk_option(tiny_models):
+    r = _run("--model", tiny_models["gemma3"].path, "--backend", "cpu", "--prompt-tokens", "9",
+             "--gen-tokens", "2", "--repeats", "1", "--prefill-chunk", "4", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1])["prefill_chunk"] == 4
 
 
 @pytest.mark.parametrize("args,message", [
@@ -37,6 +45,7 @@ def test_floor_from_given_bandwidth(tiny_models):
     (["--read-bandwidth-gbs", "abc"], "bad value for --read-bandwidth-gbs"),
     (["--read-bandwidth-gbs", "-3"], "bad value for --read-bandwidth-gbs"),
     (["--prompt-tokens", "0"], "bad value for --prompt-tokens"),
+    (["--prefill-chunk", "0"], "bad value for --prefill-chunk"),
     (["--backend", "tpu"], "--backend must be"),
 ])
 def test_bad_arguments(tiny_models, args, message):

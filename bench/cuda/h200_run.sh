@@ -50,7 +50,7 @@ log "built: $(python3 -c 'import markbase,sys;print(markbase.__file__)') bench=$
 if has test; then
   log "tests"
   timeout $(( $(left) > 300 ? 300 : $(left) )) python3 -m pytest -q -p no:cacheprovider --durations=8 tests/test_cuda_backend.py \
-    ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tail -40 | tee "$OUT/tests.log"
+    ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$OUT/tests.log" | tail -25
 fi
 
 if has kern; then  # decode per op, timed inside the CUDA graph (6-layer 26B-A4B file: one full layer)

@@ -119,8 +119,6 @@ struct AttnArgs {
   float* out;
   int os;
   float* scratch;
-  unsigned* counters;  // decode, per KV head: the last split block to finish merges the splits
-  Q8Vec q8;            // with counters: the merged row's quantized copy (head_dim % 32 == 0)
 };
 
 // grid: (row blocks, kv heads, splits); block: rows_per_block warps.
@@ -279,65 +277,6 @@ size_t decode_smem_bytes(int d, int G) {
          (static_cast<size_t>(G) * d + static_cast<size_t>(kDecWarps + 1) * G * kChunk + kDecMaxG) * sizeof(float);
 }
 
-// The splits' merge inside the decode kernel (saves the combine launch): every split block of a
-// KV head counts itself done (release: its partial row is visible first), and the last one
-// (acquire: it sees all the others') merges the G query rows as attention_combine_kernel does:
-// warp g % 8 turns row g's maxima and sums into one weight per split, then thread t sums columns
-// t and t + 256 over the splits.
-__device__ __forceinline__ void merge_if_last(const AttnArgs& p, int kvh, const float* part, int G, int d) {
-  __shared__ bool last;
-  __shared__ float wt[kDecMaxG][kMaxSplits];
-  __shared__ int count[kDecMaxG];
-  __syncthreads();  // every thread's partial writes happen before thread 0's release
-  if (threadIdx.x == 0) last = atomic_add_acq_rel(p.counters + kvh, 1u) == static_cast<unsigned>(p.splits - 1);
-  __syncthreads();
-  if (!last) return;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, splits = p.splits;
-  for (int g = warp; g < G; g += kDecWarps) {
-    const float* sp = part + static_cast<size_t>(g) * splits * (d + 2);
-    float m[kMaxSplits / 32], l[kMaxSplits / 32];
-    float M = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < kMaxSplits / 32; ++i) {
-      const int s = lane + 32 * i;
-      m[i] = s < splits ? __ldcg(sp + s * (d + 2)) : -INFINITY;
-      l[i] = s < splits && m[i] != -INFINITY ? __ldcg(sp + s * (d + 2) + 1) : 0.0f;
-      M = fmaxf(M, m[i]);
-    }
-    M = warp_max(M);
-    float L = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kMaxSplits / 32; ++i) L += m[i] != -INFINITY ? l[i] * expf(m[i] - M) : 0.0f;
-    L = warp_sum(L);
-    int lastp = -1;
-#pragma unroll
-    for (int i = 0; i < kMaxSplits / 32; ++i) {
-      const int s = lane + 32 * i;
-      wt[g][s] = s < splits && m[i] != -INFINITY ? expf(m[i] - M) / L : 0.0f;
-      if (s < splits && m[i] != -INFINITY) lastp = s;
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) lastp = max(lastp, __shfl_xor_sync(0xffffffffu, lastp, o));
-    if (lane == 0) count[g] = lastp + 1;
-  }
-  __syncthreads();
-  for (int g = 0; g < G; ++g) {
-    const float* sp = part + static_cast<size_t>(g) * splits * (d + 2) + 2;
-    const int h = kvh * G + g;
-#pragma unroll
-    for (int j = 0; j < kDecCols; ++j) {
-      const int c = threadIdx.x + kDecThreads * j;
-      float v = 0.0f;
-      if (c < d)
-        for (int s = 0; s < count[g]; ++s)
-          if (wt[g][s] != 0.0f) v += wt[g][s] * __ldcg(sp + s * (d + 2) + c);
-      if (c < d) p.out[h * d + c] = v;
-      if (p.q8.q && kDecThreads * j < d) q8_store_warp(v, h * d + c, c < d, p.q8);
-    }
-  }
-  if (threadIdx.x == 0) p.counters[kvh] = 0;  // for the next launch
-}
-
 __global__ void __launch_bounds__(kDecThreads) attention_decode_kernel(AttnArgs p) {
   pdl_trigger();
   const int pos = p.step->pos0;  // written by the host before the graph: readable before the wait
@@ -359,7 +298,6 @@ __global__ void __launch_bounds__(kDecThreads) attention_decode_kernel(AttnArgs 
   float* part = p.scratch + static_cast<size_t>(kvh * G) * p.splits * (d + 2);  // row g at + g * splits * (d + 2)
   if (lo >= hi) {  // no positions: the combine skips this split
     if (threadIdx.x < G) part[(static_cast<size_t>(threadIdx.x) * p.splits + split) * (d + 2)] = -INFINITY;
-    if (p.counters) merge_if_last(p, kvh, part, G, d);
     return;
   }
   {  // the G query rows (contiguous), 16 bytes a load, all loads in flight before the first store
@@ -493,7 +431,6 @@ __global__ void __launch_bounds__(kDecThreads) attention_decode_kernel(AttnArgs 
       if (c < d) sp[c] = acc[g][j];
     }
   }
-  if (p.counters) merge_if_last(p, kvh, part, G, d);
 }
 
 // One block per (token, head), one thread per output column: merges the splits' partial softmax
@@ -593,22 +530,16 @@ int store_kv(cudaStream_t s, const CacheRef& c, const float* k, int ks, const fl
 
 int attention(cudaStream_t s, const CacheRef& c, const float* q, int qs, const StepBuf* step, int T, int heads,
               float scale, int window, float* out, int os, int splits, float* scratch, Q8Vec q8,
-              bool tensor_cores, unsigned* counters) {
+              bool tensor_cores) {
   if (tensor_cores && splits == 1 && attention_tc_eligible(c, T)) {
     const int n = attention_tc(s, c, q, qs, step, T, heads, scale, window, out, os);
     if (n > 0) return q8.q ? n + quantize_q8(s, out, os, heads * c.head_dim, 1, q8, 0) : n;
   }
   const int group = heads / c.kv_heads;
   const int rows = T * group, warps = std::min(kMaxWarps, rows);
-  AttnArgs p{c, q, qs, step, T, heads, group, window, splits, warps, scale, out, os, scratch, nullptr, Q8Vec{}};
+  AttnArgs p{c, q, qs, step, T, heads, group, window, splits, warps, scale, out, os, scratch};
   if (T == 1 && splits > 1 && c.f16 && decode_kernel_fits(c.head_dim, group) &&
       (reinterpret_cast<uintptr_t>(q) & 15) == 0) {  // decode, f16 caches
-    if (counters && (!q8.q || c.head_dim % 32 == 0)) {  // the splits merged in the same launch
-      p.counters = counters;
-      p.q8 = q8;
-      enqueue(attention_decode_kernel, dim3(c.kv_heads, splits), kDecThreads, decode_smem_bytes(c.head_dim, group), s, p);
-      return 1;
-    }
     enqueue(attention_decode_kernel, dim3(c.kv_heads, splits), kDecThreads, decode_smem_bytes(c.head_dim, group), s, p);
   } else {
     const dim3 grid(MB_BLOCKS(rows, warps), c.kv_heads, splits);

@@ -21,8 +21,7 @@
 //    size) to stderr when the backend is destroyed; MARKBASE_CUDA_ATTN_TC=0 keeps
 //    prefill attention on the float32 kernel in default mode too (A/B checks of the tensor-core one);
 //    MARKBASE_CUDA_PDL=0 launches kernels without programmatic dependent launch (common.cuh);
-//    MARKBASE_CUDA_STREAMS=0 keeps every step of a decode graph on one stream (plan_streams);
-//    MARKBASE_CUDA_ATTN_MERGE=0 merges decode attention's splits in a second launch.
+//    MARKBASE_CUDA_STREAMS=0 keeps every step of a decode graph on one stream (plan_streams).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -188,7 +187,6 @@ struct GraphState {
   DevPtr matmul_scratch;       // prefill int8 products: split-K parts and tile counters
   cuda::MatmulQ8Scratch matmul_scratch_v;
   DevPtr router_counter;       // cuda::moe_router's count of finished blocks
-  DevPtr attn_counters;        // cuda::attention's per-KV-head counts of finished split blocks
   cudaGraphExec_t exec = nullptr;
   const CudaCaches* captured_for = nullptr;
   int kernels = 0;             // kernels launched by one run of the graph
@@ -231,7 +229,6 @@ class CudaBackend : public Backend {
     streams_ = env_flag("MARKBASE_CUDA_STREAMS", true);
     int8_prefill_ = env_flag("MARKBASE_CUDA_INT8_PREFILL", true) && !opt_.precise;
     attn_tc_ = env_flag("MARKBASE_CUDA_ATTN_TC", true);
-    attn_merge_ = env_flag("MARKBASE_CUDA_ATTN_MERGE", true);
     int major = 0;
     CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
     cuda::programmatic_launch = major >= 9 && env_flag("MARKBASE_CUDA_PDL", true) && !profile_;
@@ -464,7 +461,7 @@ class CudaBackend : public Backend {
       st->rope.push_back(dev_alloc(table.size() * sizeof(float)));
       CK(cudaMemcpy(st->rope.back().get(), table.data(), table.size() * sizeof(float), cudaMemcpyHostToDevice));
     }
-    size_t kv_heads_max = 1, attn = 0, act = 0, counts = 0, order = 0, tiles = 0, hg = 0, y = 0, route = 0, pf_q8 = 0;
+    size_t attn = 0, act = 0, counts = 0, order = 0, tiles = 0, hg = 0, y = 0, route = 0, pf_q8 = 0;
     for (const Op& op : g.ops) {
       const int rows = op.out >= 0 ? g.rows(op.out) : g.T;
       if (op.w) upload(op.w);
@@ -486,7 +483,6 @@ class CudaBackend : public Backend {
         case OpKind::StoreKV: kv.ref(op.layer); break;
         case OpKind::Attention: {
           const cuda::CacheRef c = kv.ref(op.layer);
-          kv_heads_max = std::max(kv_heads_max, static_cast<size_t>(c.kv_heads));
           need(c.head_dim == op.group && op.group <= 512 && op.group % 4 == 0, op,
                "head dim above 512, not a multiple of 4 or not the cache's");
           need(op.kv_heads > 0 && op.heads % c.kv_heads == 0, op, "heads not a multiple of KV heads");
@@ -550,7 +546,6 @@ class CudaBackend : public Backend {
       st->matmul_scratch_v = {st->matmul_scratch.get(), mmq};
     }
     st->router_counter = dev_alloc(sizeof(unsigned));
-    st->attn_counters = dev_alloc(kv_heads_max * sizeof(unsigned));
     if (q8_graph(g)) {
       for (size_t i = 0; i < g.slots.size(); ++i) st->q8.push_back(dev_alloc(q8_bytes(g.slots[i].cols)));
       if (act) st->moe_act_q8 = dev_alloc(q8_bytes(act));
@@ -641,6 +636,19 @@ class CudaBackend : public Backend {
   bool int8_moe(const Graph& g, const Op& op) const {
     return int8_prefill_ && op.kind == OpKind::MoeExperts && g.rows(op.out) > kDecodeRows && op.w->type == op.w2->type &&
            cuda::has_q8_dot(static_cast<int>(op.w->type)) && op.n % 32 == 0 && op.k % 32 == 0;
+  }
+  // Whether the next int8 prefill product after op `from` reads slot s's first n columns: then
+  // the op writing s (a norm, a residual add, GeGLU) also fills the prefill buffer with them, which
+  // saves that product's quantize_q8 launch (the buffer holds one slot, so only the next one).
+  bool wants_prefill_q8(const Graph& g, size_t from, int s, int n) const {
+    if (!fuse_ || n % 32 != 0 || g.rows(s) <= kDecodeRows) return false;
+    for (size_t j = from + 1; j < g.ops.size(); ++j) {
+      const Op& o = g.ops[j];
+      if (int8_matmul(g, o)) return o.a == s && static_cast<int>(o.w->cols()) == n;
+      if (int8_moe(g, o)) return o.a == s && o.n == n;
+      if (o.out == s) return false;
+    }
+    return false;
   }
 
   // The attention inputs' finish that norm_rope_store does in one launch: from op oi, skipping ops
@@ -794,6 +802,7 @@ class CudaBackend : public Backend {
       const int T = g.T;
       const size_t first = oi;  // ops first..oi are launched in this step (oi grows when fused)
       int q8_out = -1, q8_n = 0;  // a slot whose quantized copy this step writes
+      int pf_out = -1, pf_n = 0;  // prefill: a slot whose rows this step also quantizes into prefill_q8
       size_t ev = 0;
       begin_step();
       if (profile_) {
@@ -885,6 +894,10 @@ class CudaBackend : public Backend {
               q8 = slot_q8(g, st, nx->out);
               q8_out = nx->out;
               q8_n = op.n;
+            } else if (wants_prefill_q8(g, last, nx->out, op.n)) {
+              q8 = st.prefill_q8v;
+              pf_out = nx->out;
+              pf_n = op.n;
             }
             kernels += cuda::rms_norm_add(cur_, a, as, w, op.n, op.f, rows, out, os, ptr<float>(st.slots[nx->out]),
                                           g.slots[nx->out].cols, q8, scaled ? sc->f : 1.0f);
@@ -910,6 +923,10 @@ class CudaBackend : public Backend {
               q8 = slot_q8(g, st, op.out);
               q8_out = op.out;
               q8_n = op.n;
+            } else if (op.group == op.n && wants_prefill_q8(g, oi, op.out, op.n)) {
+              q8 = st.prefill_q8v;
+              pf_out = op.out;
+              pf_n = op.n;
             }
             kernels += cuda::rms_norm(cur_, a, as, w, op.n, op.group, op.f, rows, out, os, q8);
           }
@@ -957,6 +974,10 @@ class CudaBackend : public Backend {
             q8 = slot_q8(g, st, op.out);
             q8_out = op.out;
             q8_n = op.n;
+          } else if (wants_prefill_q8(g, oi, op.out, op.n)) {
+            q8 = st.prefill_q8v;
+            pf_out = op.out;
+            pf_n = op.n;
           }
           kernels += cuda::gelu_mul(cur_, a, as, b, bs, op.b_col, op.n, rows, out, os, q8);
           break;
@@ -981,8 +1002,7 @@ class CudaBackend : public Backend {
           }
           kernels += cuda::attention(cur_, c, a, as, step, T, op.heads, op.f, op.window, out, os,
                                      cuda::attention_splits(c, T), ptr<float>(st.attn_scratch), q8,
-                                     attn_tc_ && !opt_.precise,
-                                     fuse_ && attn_merge_ ? ptr<unsigned>(st.attn_counters) : nullptr);
+                                     attn_tc_ && !opt_.precise);
           break;
         }
         case OpKind::MoeRoute:
@@ -1022,6 +1042,10 @@ class CudaBackend : public Backend {
         if (g.ops[j].out == pf_slot) pf_slot = -1;
       }
       if (q8_out >= 0) q8_cols[q8_out] = q8_n;
+      if (pf_out >= 0) {
+        pf_slot = pf_out;
+        pf_K = pf_n;
+      }
       const cudaError_t e = cudaGetLastError();
       if (e != cudaSuccess)
         throw BackendError("[cuda] op '" + op.label + "' failed to launch: " + cudaGetErrorString(e));
@@ -1062,7 +1086,6 @@ class CudaBackend : public Backend {
   bool host_routing_ = false, use_graphs_ = true, profile_ = false, fuse_ = true, int8_prefill_ = true;
   bool streams_ = true;  // MARKBASE_CUDA_STREAMS=0: every step on one stream
   bool attn_tc_ = true;  // default-mode prefill attention on the tensor cores (attention_tc.cu)
-  bool attn_merge_ = true;  // decode attention merges its splits in the same launch
   bool capturing_ = false;           // encode() is recording into a CUDA graph
   const GraphState* timing_ = nullptr;  // profiling: the run whose op timers wait() reads
   std::map<std::string, std::pair<double, int>> prof_;

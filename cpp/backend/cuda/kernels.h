@@ -106,13 +106,14 @@ int matmul_q8_jobs(cudaStream_t s, const MatmulQ8Jobs& jobs, Q8Vec a, int a_stri
 // --- norm_rope.cu: row-wise and element-wise ops.
 int embed(cudaStream_t s, const WeightRef& w, const StepBuf* step, int T, int vocab, float scale,
           int n, float* out, int out_stride);
-// q8 (when q8.q is set; one row, group == n, n % 32 == 0): the normed row is also quantized.
+// q8 (when q8.q is set; group == n, n % 32 == 0): the normed rows are also quantized, row r's
+// codes at r * n and scales at r * n / 32 (quantize_q8's layout with q_stride = n).
 int rms_norm(cudaStream_t s, const float* a, int a_stride, const float* w, int n, int group, float eps,
              int rows, float* out, int out_stride, Q8Vec q8 = {});
 // Fusions the backend applies to adjacent ops (fewer kernels per token):
 //   RmsNorm(out = S) then Add(x = x + S): out = norm(a) * w and x += out, in one pass;
 //   RmsNorm per head then Rope on the same slot: QK-norm and rotation in one pass.
-//   q8 (when set; one row, n % 32 == 0): the updated x is also quantized;
+//   q8 (when set; n % 32 == 0): the updated x is also quantized, as rms_norm's;
 //   scale_x (the layer scalar that follows in Gemma 4): x = (x + out) * scale_x.
 int rms_norm_add(cudaStream_t s, const float* a, int a_stride, const float* w, int n, float eps, int rows,
                  float* out, int out_stride, float* x, int x_stride, Q8Vec q8 = {}, float scale_x = 1.0f);
@@ -189,11 +190,9 @@ int norm_rope_store(cudaStream_t s, const HeadFinishArgs& p, int T);
 // scratch holds rows * splits * (head_dim + 2) floats.
 // q8 (when set; one token, heads * head_dim % 32 == 0): the output row is also quantized.
 // tensor_cores (default mode): prefill over f16 caches runs on the tensor cores (attention_tc.cu).
-// counters (decode; one zeroed word per KV head, left zero): the last split block of each KV head
-// merges the splits, instead of a second launch.
 int attention(cudaStream_t s, const CacheRef& c, const float* q, int q_stride, const StepBuf* step, int T,
               int heads, float scale, int window, float* out, int out_stride, int splits, float* scratch,
-              Q8Vec q8 = {}, bool tensor_cores = false, unsigned* counters = nullptr);
+              Q8Vec q8 = {}, bool tensor_cores = false);
 int attention_splits(const CacheRef& c, int T);  // the split count the backend should use
 size_t attention_smem_limit();                     // called once: raises the kernels' smem limit
 

@@ -5,7 +5,6 @@
 // loads before the first use, so that enough bytes are in flight per SM to run at DRAM speed.
 // One launch may serve several weights that read the same vector (q/k/v, gate/up): their rows
 // are concatenated in the grid, each block staying within one weight.
-#include <algorithm>
 #include <cstdlib>
 
 #include "backend/cuda/cp_async.cuh"
@@ -100,25 +99,12 @@ __global__ void __launch_bounds__(kThreads) matvec_q8_kernel(MatvecJobs jobs, Q8
 // unit loads above fetch them 2 bytes at a time (18- and 34-byte blocks are only 2-byte
 // aligned): 158 us a token for 415 MB, 2.6 TB/s. Here a block's R rows, contiguous in memory
 // (rows of 16-byte multiples), arrive in shared memory by 16-byte cp.async copies issued before
-// the programmatic wait, and the units are read from there (131 us, 3.2 TB/s). Jobs as in
-// matvec_q8_kernel.
+// the programmatic wait, and the units are read from there.
 template <int TYPE, int R>
-__global__ void __launch_bounds__(kThreads) matvec_q8_staged_kernel(MatvecJobs jobs, Q8Vec x, int K) {
+__global__ void __launch_bounds__(kThreads) matvec_q8_tall_kernel(WeightRef w, int n, float* out, Q8Vec x, int K) {
   pdl_trigger();
   extern __shared__ __align__(16) mb_u8 srows[];
-  const int first = blockIdx.x * R;
-  WeightRef w;
-  int n = 0, n0 = 0;
-  float* out = nullptr;
-#pragma unroll
-  for (int i = 0; i < kMaxMatvecJobs; ++i)  // constant indices: the jobs stay in parameter space
-    if (i < jobs.count && first >= jobs.row0[i] && first < jobs.row0[i + 1]) {
-      w = jobs.w[i];
-      n = jobs.n[i];
-      n0 = first - jobs.row0[i];
-      out = jobs.out[i];
-    }
-  const int nr = min(R, n - n0);
+  const int n0 = blockIdx.x * R, nr = min(R, n - n0);
   const int vecs = nr * static_cast<int>(w.row_bytes / 16);
   const mb_u8* src = w.data + static_cast<size_t>(n0) * w.row_bytes;
   for (int i = threadIdx.x; i < vecs; i += kThreads) cp_async16(srows + 16 * i, src + 16 * static_cast<size_t>(i), true);
@@ -146,42 +132,35 @@ __global__ void __launch_bounds__(kThreads) matvec_q8_staged_kernel(MatvecJobs j
   }
 }
 
-constexpr int kStagedRows = 4;
-constexpr size_t kStagedSmem = 48 * 1024;  // without raising the kernel's shared-memory limit
-// Products of at least this many rows (all jobs together) take the staged kernel where it fits.
-// MARKBASE_CUDA_STAGED_MIN_N overrides it (A/B timing); MARKBASE_CUDA_TALL_STAGED=0 turns it off.
-const int staged_min_n_ = [] {
-  const char* e = std::getenv("MARKBASE_CUDA_STAGED_MIN_N");
-  return e && *e ? std::atoi(e) : kTallN;
-}();
+constexpr int kTallStagedRows = 4;
+constexpr size_t kTallStagedSmem = 48 * 1024;  // without raising the kernel's shared-memory limit
 
-bool staged_fits(const MatvecJobs& jobs) {
-  for (int i = 0; i < jobs.count; ++i) {
-    const WeightRef& w = jobs.w[i];
-    if (!(w.type == MB_Q4_0 || w.type == MB_Q8_0) || w.type != jobs.w[0].type || w.row_bytes % 16 != 0 ||
-        reinterpret_cast<uintptr_t>(w.data) % 16 != 0 || kStagedRows * w.row_bytes > kStagedSmem)
-      return false;
-  }
-  return true;
+bool tall_staged_fits(const MatvecJobs& jobs) {
+  const WeightRef& w = jobs.w[0];
+  return jobs.count == 1 && (w.type == MB_Q4_0 || w.type == MB_Q8_0) && w.row_bytes % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && kTallStagedRows * w.row_bytes <= kTallStagedSmem;
+}
+
+int launch_tall_staged(cudaStream_t s, const MatvecJobs& jobs, Q8Vec x, int K) {
+  constexpr int R = kTallStagedRows;
+  const WeightRef& w = jobs.w[0];
+  const int n = jobs.n[0];
+  const unsigned blocks = (n + R - 1) / R;
+  const size_t smem = R * w.row_bytes;
+  if (w.type == MB_Q4_0) enqueue(matvec_q8_tall_kernel<MB_Q4_0, R>, blocks, kThreads, smem, s, w, n, jobs.out[0], x, K);
+  else enqueue(matvec_q8_tall_kernel<MB_Q8_0, R>, blocks, kThreads, smem, s, w, n, jobs.out[0], x, K);
+  return 1;
 }
 
 template <int R>
-int launch_rows(cudaStream_t s, MatvecJobs jobs, Q8Vec x, int K, bool staged) {
+int launch_rows(cudaStream_t s, MatvecJobs jobs, Q8Vec x, int K) {
   int rows = 0;
-  size_t row_bytes = 0;
   for (int i = 0; i < jobs.count; ++i) {
     jobs.row0[i] = rows;
     rows += (jobs.n[i] + R - 1) / R * R;  // a block never spans two weights
-    row_bytes = std::max(row_bytes, jobs.w[i].row_bytes);
   }
   jobs.row0[jobs.count] = rows;
   const unsigned blocks = rows / R;
-  if (staged) {
-    const size_t smem = R * row_bytes;
-    if (jobs.w[0].type == MB_Q4_0) enqueue(matvec_q8_staged_kernel<MB_Q4_0, R>, blocks, kThreads, smem, s, jobs, x, K);
-    else enqueue(matvec_q8_staged_kernel<MB_Q8_0, R>, blocks, kThreads, smem, s, jobs, x, K);
-    return 1;
-  }
   switch (jobs.w[0].type) {
     case MB_Q4_0: enqueue(matvec_q8_kernel<MB_Q4_0, R>, blocks, kThreads, 0, s, jobs, x, K); return 1;
     case MB_Q8_0: enqueue(matvec_q8_kernel<MB_Q8_0, R>, blocks, kThreads, 0, s, jobs, x, K); return 1;
@@ -199,8 +178,8 @@ int quantize_q8(cudaStream_t s, const float* a, int a_stride, int n, int rows, Q
 int matvec_q8(cudaStream_t s, MatvecJobs jobs, Q8Vec x, int K) {
   int n = 0;
   for (int i = 0; i < jobs.count; ++i) n += jobs.n[i];
-  if (tall_staged_ && n >= staged_min_n_ && staged_fits(jobs)) return launch_rows<kStagedRows>(s, jobs, x, K, true);
-  return n >= kTallN ? launch_rows<kTallRows>(s, jobs, x, K, false) : launch_rows<kRows>(s, jobs, x, K, false);
+  if (n >= kTallN && tall_staged_fits(jobs) && tall_staged_) return launch_tall_staged(s, jobs, x, K);
+  return n >= kTallN ? launch_rows<kTallRows>(s, jobs, x, K) : launch_rows<kRows>(s, jobs, x, K);
 }
 
 }  // namespace markbase::cuda

@@ -1,5 +1,8 @@
 // Row-wise and element-wise ops: embedding rows, RMS norm, GeGLU, add, scale, softcap, RoPE.
 // Each mirrors the CPU op of the same name (cpu_backend.cpp) operation for operation.
+#include <initializer_list>
+#include <utility>
+
 #include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/q8.cuh"
 
@@ -64,13 +67,19 @@ __global__ void elementwise_kernel(const float* a, int as, const float* b, int b
   out[static_cast<size_t>(row) * os + j] = y;
 }
 
-// GeGLU of one row, quantized as well (q8.cuh): 32 consecutive values per warp.
-__global__ void gelu_mul_q8_kernel(const float* a, const float* b, int n, float* out, Q8Vec q8) {
+// GeGLU of each row (blockIdx.y), quantized as well (q8.cuh; row r at r * n codes): 32
+// consecutive values per warp.
+__global__ void gelu_mul_q8_kernel(const float* a, int as, const float* b, int bs, int n, float* out, int os,
+                                   Q8Vec q8) {
   pdl_entry();
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  const int row = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
   float y = 0.0f;
-  if (j < n) out[j] = y = mb_gelu_tanh(a[j]) * b[j];
-  q8_store_warp(y, j, j < n, q8);
+  if (j < n) {
+    y = mb_gelu_tanh(a[static_cast<size_t>(row) * as + j]) * b[static_cast<size_t>(row) * bs + j];
+    out[static_cast<size_t>(row) * os + j] = y;
+  }
+  const Q8Vec qr{q8.q + static_cast<size_t>(row) * n, q8.d + static_cast<size_t>(row) * (n / 32)};
+  q8_store_warp(y, j, j < n, qr);
 }
 
 template <Ew OP>
@@ -163,6 +172,90 @@ __global__ void rms_norm_rope_kernel(const float* a, int as, const float* w, flo
   }
 }
 
+// A row held as float4s, thread t owning float4 t + THREADS c (c < VEC), quantized (Q8Vec's
+// format): a block of 32 values is the 8 float4s of 8 neighbouring lanes. Every thread of the
+// block calls it (the shuffles span whole warps).
+template <int THREADS, int VEC>
+__device__ __forceinline__ void quantize_float4s(const float4 (&v)[VEC], Q8Vec q8, int n4) {
+#pragma unroll
+  for (int c = 0; c < VEC; ++c) {
+    const int j = threadIdx.x + THREADS * c;
+    float amax = fmaxf(fmaxf(fabsf(v[c].x), fabsf(v[c].y)), fmaxf(fabsf(v[c].z), fabsf(v[c].w)));
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    if (j >= n4) continue;
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    char4 q;
+    q.x = static_cast<signed char>(__float2int_rn(v[c].x * inv));
+    q.y = static_cast<signed char>(__float2int_rn(v[c].y * inv));
+    q.z = static_cast<signed char>(__float2int_rn(v[c].z * inv));
+    q.w = static_cast<signed char>(__float2int_rn(v[c].w * inv));
+    reinterpret_cast<char4*>(q8.q)[j] = q;
+    if ((j & 7) == 0) q8.d[j >> 3] = amax / 127.0f;
+  }
+}
+
+// Prefill rows (one norm group per row): a block per row, each thread holding its float4s in
+// registers from the sum of squares to the scaling, so the row is read once and there is one
+// barrier (rms_norm_kernel reads it twice around a 1024-thread reduction: ~10 us for 512 rows of
+// 2560 on the H200). ADD: the residual add (and layer scalar) of rms_norm_add_kernel. Q8: the row
+// (the new residual with ADD) is also quantized, row r at r * n codes, as quantize_q8 writes the
+// prefill products' input.
+constexpr int kRowThreads = 256;
+constexpr int kRowVec = kChainMaxN / 4 / kRowThreads;
+
+template <bool ADD, bool Q8>
+__global__ void __launch_bounds__(kRowThreads) rms_norm_rows_kernel(const float* a, int as, const float* w, int n,
+                                                                    float eps, float* out, int os, float* x, int xs,
+                                                                    float sx, Q8Vec q8) {
+  pdl_entry();
+  const int row = blockIdx.x, n4 = n / 4, t = threadIdx.x;
+  const float4* A = reinterpret_cast<const float4*>(a + static_cast<size_t>(row) * as);
+  const float4* W = reinterpret_cast<const float4*>(w);
+  float4* Y = reinterpret_cast<float4*>(out + static_cast<size_t>(row) * os);
+  float4* X = ADD ? reinterpret_cast<float4*>(x + static_cast<size_t>(row) * xs) : nullptr;
+  float4 v[kRowVec];
+  float ss = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kRowVec; ++c) {
+    const int j = t + kRowThreads * c;
+    v[c] = j < n4 ? A[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    ss += dot4(v[c], v[c]);
+  }
+  const float r = 1.0f / sqrtf(block_sum(ss) / n + eps);
+#pragma unroll
+  for (int c = 0; c < kRowVec; ++c) {
+    const int j = t + kRowThreads * c;
+    if (j >= n4) continue;
+    float4 y = make_float4(v[c].x * r, v[c].y * r, v[c].z * r, v[c].w * r);
+    if (W) {
+      const float4 g = W[j];
+      y = make_float4(y.x * g.x, y.y * g.y, y.z * g.z, y.w * g.w);
+    }
+    Y[j] = y;
+    if constexpr (ADD) {
+      const float4 o = X[j];
+      float4 nx = make_float4(o.x + y.x, o.y + y.y, o.z + y.z, o.w + y.w);
+      if (sx != 1.0f) nx = make_float4(nx.x * sx, nx.y * sx, nx.z * sx, nx.w * sx);
+      X[j] = nx;
+      y = nx;
+    }
+    v[c] = y;
+  }
+  if constexpr (Q8) {
+    const Q8Vec qr{q8.q + static_cast<size_t>(row) * n, q8.d + static_cast<size_t>(row) * (n / 32)};
+    quantize_float4s<kRowThreads>(v, qr, n4);
+  }
+}
+
+// Whether a prefill row op on these rows can take rms_norm_rows_kernel: float4 rows.
+bool rows_fit(int n, std::initializer_list<std::pair<const float*, int>> rows) {
+  if (n % 4 != 0 || n > kChainMaxN) return false;
+  for (const auto& [p, stride] : rows)
+    if (p && ((reinterpret_cast<uintptr_t>(p) & 15) != 0 || stride % 4 != 0)) return false;
+  return true;
+}
+
 // The chain runs in one block of kChainThreads threads; thread t owns float4 number t + kChainThreads c
 // (c < kChainVec) of every row. Every distinct row the chain touches (an input, a norm weight, an
 // output) gets a slot of shared memory holding its current value: the rows the chain reads before it
@@ -199,27 +292,6 @@ __device__ __forceinline__ void chain_load(const ChainPlan& p, float4* sm, bool 
     }
   }
   cp_async_commit();
-}
-
-// A chain op's output, quantized (Q8Vec's format): a block of 32 values is the 8 float4s of 8
-// neighbouring lanes. Every thread of the block calls it (the shuffles span whole warps).
-__device__ __forceinline__ void chain_quantize(const float4 (&v)[kChainVec], Q8Vec q8, int n4) {
-#pragma unroll
-  for (int c = 0; c < kChainVec; ++c) {
-    const int j = threadIdx.x + kChainThreads * c;
-    float amax = fmaxf(fmaxf(fabsf(v[c].x), fabsf(v[c].y)), fmaxf(fabsf(v[c].z), fabsf(v[c].w)));
-#pragma unroll
-    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    if (j >= n4) continue;
-    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    char4 q;
-    q.x = static_cast<signed char>(__float2int_rn(v[c].x * inv));
-    q.y = static_cast<signed char>(__float2int_rn(v[c].y * inv));
-    q.z = static_cast<signed char>(__float2int_rn(v[c].z * inv));
-    q.w = static_cast<signed char>(__float2int_rn(v[c].w * inv));
-    reinterpret_cast<char4*>(q8.q)[j] = q;
-    if ((j & 7) == 0) q8.d[j >> 3] = amax / 127.0f;
-  }
 }
 
 __global__ void __launch_bounds__(kChainThreads) row_chain_kernel(ChainPlan p) {
@@ -290,7 +362,7 @@ __global__ void __launch_bounds__(kChainThreads) row_chain_kernel(ChainPlan p) {
         out[j] = v[c];
       }
     }
-    if (o.q8.q) chain_quantize(v, o.q8, p.n4);
+    if (o.q8.q) quantize_float4s<kChainThreads>(v, o.q8, p.n4);
   }
 }
 
@@ -349,7 +421,16 @@ int row_chain(cudaStream_t s, const RowChain& c) {
 
 int rms_norm_add(cudaStream_t s, const float* a, int as, const float* w, int n, float eps, int rows, float* out,
                  int os, float* x, int xs, Q8Vec q8, float scale_x) {
+  if (rows > 1 && rows_fit(n, {{a, as}, {w, 0}, {out, os}, {x, xs}})) {
+    if (q8.q) enqueue(rms_norm_rows_kernel<true, true>, rows, kRowThreads, 0, s, a, as, w, n, eps, out, os, x, xs, scale_x, q8);
+    else enqueue(rms_norm_rows_kernel<true, false>, rows, kRowThreads, 0, s, a, as, w, n, eps, out, os, x, xs, scale_x, q8);
+    return 1;
+  }
   const int threads = n <= 1024 ? 256 : 1024;
+  if (q8.q && rows > 1) {  // the kernel quantizes one row: the others through quantize_q8
+    enqueue(rms_norm_add_kernel<false>, rows, threads, 0, s, a, as, w, n, eps, out, os, x, xs, q8, scale_x);
+    return 1 + quantize_q8(s, x, xs, n, rows, q8, n);
+  }
   if (q8.q) enqueue(rms_norm_add_kernel<true>, rows, threads, 0, s, a, as, w, n, eps, out, os, x, xs, q8, scale_x);
   else enqueue(rms_norm_add_kernel<false>, rows, threads, 0, s, a, as, w, n, eps, out, os, x, xs, q8, scale_x);
   return 1;
@@ -370,7 +451,16 @@ int embed(cudaStream_t s, const WeightRef& w, const StepBuf* step, int T, int vo
 int rms_norm(cudaStream_t s, const float* a, int a_stride, const float* w, int n, int group, float eps, int rows,
              float* out, int out_stride, Q8Vec q8) {
   const int groups = n / group;
+  if (rows > 1 && groups == 1 && rows_fit(n, {{a, a_stride}, {w, 0}, {out, out_stride}})) {
+    if (q8.q) enqueue(rms_norm_rows_kernel<false, true>, rows, kRowThreads, 0, s, a, a_stride, w, n, eps, out, out_stride, nullptr, 0, 1.0f, q8);
+    else enqueue(rms_norm_rows_kernel<false, false>, rows, kRowThreads, 0, s, a, a_stride, w, n, eps, out, out_stride, nullptr, 0, 1.0f, q8);
+    return 1;
+  }
   const int threads = group <= 256 ? 64 : group <= 1024 ? 256 : 1024;
+  if (q8.q && rows > 1) {
+    enqueue(rms_norm_kernel<false>, rows * groups, threads, 0, s, a, a_stride, w, groups, group, eps, out, out_stride, q8);
+    return 1 + quantize_q8(s, out, out_stride, n, rows, q8, n);
+  }
   if (q8.q) enqueue(rms_norm_kernel<true>, rows * groups, threads, 0, s, a, a_stride, w, groups, group, eps, out, out_stride, q8);
   else enqueue(rms_norm_kernel<false>, rows * groups, threads, 0, s, a, a_stride, w, groups, group, eps, out, out_stride, q8);
   return 1;
@@ -379,7 +469,7 @@ int rms_norm(cudaStream_t s, const float* a, int a_stride, const float* w, int n
 int gelu_mul(cudaStream_t s, const float* a, int as, const float* b, int bs, int b_col, int n, int rows,
              float* out, int os, Q8Vec q8) {
   if (q8.q) {
-    enqueue(gelu_mul_q8_kernel, MB_BLOCKS(n, 256), 256, 0, s, a, b + b_col, n, out, q8);
+    enqueue(gelu_mul_q8_kernel, dim3(MB_BLOCKS(n, 256), rows), 256, 0, s, a, as, b + b_col, bs, n, out, os, q8);
     return 1;
   }
   return launch_ew<Ew::GeluMul>(s, a, as, b + b_col, bs, 0.0f, n, rows, out, os);

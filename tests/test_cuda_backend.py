@@ -317,7 +317,7 @@ def test_decode_attention_long_context(need_cuda, tmp_path):
 
 
 def test_cuda_prefill_chunk_default(need_cuda, tiny_models):
-    """Left open, the prefill chunk is the backend's choice: 512 tokens on CUDA (as llama.cpp's
+    """Left open, the prefill chunk is the backend's choice: 2048 tokens on CUDA (as llama.cpp's
     batch), so that the GPU and the MoE expert tiles fill; results do not depend on it."""
     tm = tiny_models["gemma4_moe"]
     ids = tm.prompt(40, 8)

@@ -90,7 +90,7 @@ mb() {  # mb NAME FILE PROMPT GEN [env...]
   [ "$(left)" -gt 40 ] || { log "skip $name (time)"; return; }
   log "markbase $name"
   env "$@" timeout $(( $(left) - 20 )) "$BENCH" --model "$file" --backend cuda --prompt-tokens $p --gen-tokens $n \
-    --repeats 3 --json ${BW:+--read-bandwidth-gbs $BW} 2>>"$OUT/bench.err" | sed "s/^{/{\"name\": \"$name\", /" | tee -a "$OUT/bench.jsonl"
+    --repeats 3 --json ${BW:+--read-bandwidth-gbs $BW} ${MBARGS:-} 2>>"$OUT/bench.err" | sed "s/^{/{\"name\": \"$name\", /" | tee -a "$OUT/bench.jsonl"
 }
 
 if has bench; then  # the GPU's read bandwidth, for the floor: sum of a 4 GiB tensor, best of 10
@@ -135,6 +135,10 @@ if has bench && wait_for $M/gen26.done; then
     mb e4b_p512 $M/g4-e4b-q4_0.gguf 512 128
     mb e4b_p4096 $M/g4-e4b-q4_0.gguf 4096 64
     has profile && mb e4b_profile $M/g4-e4b-q4_0.gguf 512 16 MARKBASE_CUDA_PROFILE=1
+    for c in ${CHUNKS:-}; do  # prefill chunk sizes other than the backend's (2048)
+      MBARGS="--prefill-chunk $c" mb e4b_p4096_chunk$c $M/g4-e4b-q4_0.gguf 4096 16
+      MBARGS="--prefill-chunk $c" mb 26b_p4096_chunk$c $M/g4-26b-q4_0.gguf 4096 16
+    done
   fi
 fi
 
@@ -145,6 +149,13 @@ if has llama && wait_for /tmp/llama/done; then
     [ -f $M/$f.gguf ] && [ "$(left)" -gt 60 ] || continue
     log "llama-bench $f"
     timeout $(( $(left) - 10 )) $LB -m $M/$f.gguf -ngl 99 -fa 1 -p 512,4096 -n 128 -d 0,4096 -r 2 -o jsonl \
+      2>>"$OUT/llama.err" | tee -a "$OUT/llama.jsonl"
+  done
+  # llama.cpp with MarkBase's CUDA prefill step (physical batch 2048 instead of its default 512)
+  for f in g4-26b-q4_0 g4-e4b-q4_0; do
+    [ -f $M/$f.gguf ] && [ "$(left)" -gt 30 ] || continue
+    log "llama-bench $f ubatch 2048"
+    timeout $(( $(left) - 10 )) $LB -m $M/$f.gguf -ngl 99 -fa 1 -p 4096 -n 0 -b 2048 -ub 2048 -r 2 -o jsonl \
       2>>"$OUT/llama.err" | tee -a "$OUT/llama.jsonl"
   done
   tail -5 /tmp/llama/build.log >> "$OUT/run.log"

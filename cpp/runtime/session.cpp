@@ -38,11 +38,15 @@ void Session::check_tokens(const std::vector<int>& tokens) const {
 }
 
 // Calls each(g, step, done, is_last) for every chunk of at most chunk_ tokens, advancing pos_.
+// Graphs that return every row's logits take at most kAllLogitsChunk tokens a step: their logits
+// buffers hold T x vocab floats (1 GiB at 1024 x 262144), on the device and pinned on the host.
 template <class F>
 void Session::chunks(const std::vector<int>& tokens, bool all, const F& each) {
+  constexpr int kAllLogitsChunk = 512;
+  const int chunk = all ? std::min(chunk_, kAllLogitsChunk) : chunk_;
   size_t done = 0;
   while (done < tokens.size()) {
-    const int T = static_cast<int>(std::min<size_t>(chunk_, tokens.size() - done));
+    const int T = static_cast<int>(std::min<size_t>(chunk, tokens.size() - done));
     const Graph& g = graph(T, all);
     Step step;
     step.tokens.assign(tokens.begin() + done, tokens.begin() + done + T);
@@ -53,7 +57,7 @@ void Session::chunks(const std::vector<int>& tokens, bool all, const F& each) {
     done += T;
     // Keep the graphs every sequence uses (a full chunk, one token); a graph for the odd size of
     // a prompt's last chunk is freed at once, so memory does not grow with each new length.
-    if (T != chunk_ && T != 1) {
+    if (T != chunk && T != 1) {
       backend_.release(g);
       graphs_.erase(std::make_pair(T, all));
     }

@@ -35,7 +35,7 @@ class Model:
 
         backend: "auto" | "cpu" | "metal" | "cuda"; quant: None | "q8_0" | "q4_0" (Hugging Face
         float weights); kv_cache: "f16" | "f32"; precise: float32 activations everywhere;
-        prefill_chunk: tokens per prefill step (None: the backend's choice, 512 on CUDA and 256
+        prefill_chunk: tokens per prefill step (None: the backend's choice, 2048 on CUDA and 256
         elsewhere); match_llamacpp (CPU backend, x86-64 with AVX2): compute as llama.cpp's CPU
         backend does, rounding for rounding, so that logits agree with llama.cpp's bit for bit
         on the GGUF tensor types it covers (Q8_0, Q5_0, Q4_0, Q4_K, Q6_K, F16, F32; Gemma 4

@@ -145,6 +145,8 @@ void row_chain_setup();
 int row_chain(cudaStream_t s, const RowChain& c);
 int gelu_mul(cudaStream_t s, const float* a, int a_stride, const float* b, int b_stride, int b_col,
              int n, int rows, float* out, int out_stride, Q8Vec q8 = {});  // q8: as rms_norm's
+// Whether gelu_mul with q8 may leave out the float output (out = nullptr: only the quantized rows).
+bool gelu_mul_f32_optional(const float* a, int a_stride, const float* b, int b_stride, int b_col, int n, int rows);
 int add(cudaStream_t s, const float* a, int a_stride, const float* b, int b_stride, int n, int rows,
         float* out, int out_stride);
 int scale(cudaStream_t s, const float* a, int a_stride, float f, int n, int rows, float* out, int out_stride);

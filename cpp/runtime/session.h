@@ -40,6 +40,7 @@ class Session {
   int max_context_, chunk_;
   std::unique_ptr<KVCaches> caches_;
   std::map<std::pair<int, bool>, Graph> graphs_;
+  std::pair<int, bool> odd_{0, false};  // the one graph kept for a size other than a full chunk or 1
   int pos_ = 0;
   int ops_ = 0;
 };

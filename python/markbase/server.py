@@ -277,10 +277,10 @@ class Server:
     @classmethod
     def load(cls, path=None, backend: str = "auto", max_context: int = 4096, parallel: int = 1,
              threads: int | None = None, alias: str | None = None, prefill_chunk: int = 32) -> "Server":
-        """prefill_chunk: the engine keeps a step graph and its buffers for every prefill size it
-        has run (1..prefill_chunk tokens), for good. The default chunk of 256 lets a server's memory
-        climb by hundreds of MiB per slot as prompts of new lengths arrive; 32 bounds it to tens
-        of MiB at about the same prefill speed. Results do not depend on it."""
+        """prefill_chunk: each slot's engine keeps the step graphs and buffers of a full chunk, of
+        one token and of the last prompt's shorter tail, so a slot's memory grows with the chunk:
+        an engine's default chunk (256 on the CPU) costs hundreds of MiB per slot; 32 bounds it to
+        tens of MiB at about the same prefill speed. Results do not depend on it."""
         if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
             raise ValueError(f"parallel must be an integer >= 1, got {parallel!r}")
         if threads is None:

@@ -37,6 +37,28 @@ using namespace markbase::cuda;
 
 static std::mt19937 rng(7);
 
+// The median time of n launches (CUDA events on the default stream) after 3 warm-ups, in us.
+template <class F>
+static double median_us(int n, F&& launch) {
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int it = 0; it < n + 3; ++it) {
+    CK(cudaEventRecord(e0));
+    launch();
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float t;
+    CK(cudaEventElapsedTime(&t, e0, e1));
+    if (it >= 3) ms.push_back(t);
+  }
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  std::sort(ms.begin(), ms.end());
+  return 1e3 * ms[ms.size() / 2];
+}
+
 // N rows of K weights (E experts stacked) in GGML's Q4_0 (18-byte blocks) or Q8_0 (34-byte).
 static std::vector<uint8_t> make_weights(int type, size_t rows, int K) {
   const int bb = type == 2 ? 18 : 34;
@@ -168,21 +190,9 @@ static void run(const Case& c) {
     den += ref * ref;
   }
   // Timing: 30 launches after 3 warm-ups, the median.
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  std::vector<float> ms;
-  for (int it = 0; it < 33; ++it) {
-    CK(cudaEventRecord(e0));
+  const double t = median_us(30, [&] {
     matmul_q8(nullptr, w, c.N, q, c.K, c.M * (c.experts ? c.k : 1), dout, c.N, c.experts ? &g : nullptr);
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
-    float t;
-    CK(cudaEventElapsedTime(&t, e0, e1));
-    if (it >= 3) ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  const double t = ms[ms.size() / 2] * 1e-3;
+  }) * 1e-6;
   const double ops = 2.0 * n_entries * c.N * c.K;
   const double bytes = static_cast<double>(hw.size()) + static_cast<double>(a_rows) * c.K * 1.125;
   std::printf("%-28s %-5s M=%5d N=%5d K=%5d  rel_err %.2e  nan %zu  %8.1f us  %6.1f TOPS  %6.0f GB/s\n", c.name,
@@ -280,23 +290,7 @@ static void run_jobs(const JobsCase& c) {
     }
     return o;
   };
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  auto time_us = [&](auto&& launch) {
-    std::vector<float> ms;
-    for (int it = 0; it < 23; ++it) {
-      CK(cudaEventRecord(e0));
-      launch();
-      CK(cudaEventRecord(e1));
-      CK(cudaEventSynchronize(e1));
-      float t;
-      CK(cudaEventElapsedTime(&t, e0, e1));
-      if (it >= 3) ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    return 1e3 * ms[ms.size() / 2];
-  };
+  auto time_us = [&](auto&& launch) { return median_us(20, launch); };
   const double ops = 2.0 * c.M * static_cast<double>(total_n) * c.K;
   const int stages = (c.K / 32 + 3) / 4;
   bool all_ok = true;

@@ -101,8 +101,9 @@ class CudaCaches : public KVCaches {
 };
 
 // Two streams for one graph: a decode step's independent branches (in Gemma 4's MoE layers, the
-// dense MLP beside the router and the experts) run side by side. Decode kernels are latency-bound
-// (a few microseconds each, the GPU mostly idle), so two chains of them overlap almost fully.
+// dense MLP beside the router and the experts) run side by side. Decode kernels are mostly
+// latency, but each spreads many small blocks over the whole GPU, so two branches interleave more
+// than they overlap: on the H200 this saves 4 % of a 26B-A4B token (bench/RESULTS.md).
 //
 // A step is what encode() launches for one op and what it fuses or batches with it. StepUse: the
 // resources (slots, caches, scratch buffers) it reads and writes; StepPlan: where it runs.
@@ -195,7 +196,6 @@ struct GraphState {
   std::vector<std::pair<std::string, size_t>> timed;
   std::vector<cudaEvent_t> events;
   std::vector<cudaEvent_t> step_events;  // per step of the stream plan (null where none waits)
-  int side_steps = 0;                    // steps captured on the side stream
   ~GraphState() {
     if (exec) cudaGraphExecDestroy(exec);
     for (cudaEvent_t e : events) cudaEventDestroy(e);
@@ -361,7 +361,6 @@ class CudaBackend : public Backend {
       if (st.exec) { cudaGraphExecDestroy(st.exec); st.exec = nullptr; }
       int kernels = 0;
       cudaGraph_t graph = nullptr;
-      st.side_steps = 0;
       if (streams_ && fuse_ && q8_graph(g)) {
         // A first capture, thrown away, tells what each step touches; the second runs the
         // independent steps on the side stream.
@@ -375,7 +374,6 @@ class CudaBackend : public Backend {
           for (size_t k = 0; k < plan.steps.size(); ++k)
             if (plan.steps[k].record) CK(cudaEventCreateWithFlags(&st.step_events[k], cudaEventDisableTiming));
           graph = capture(g, st, kv, &plan, nullptr, kernels);
-          st.side_steps = plan.side_steps;
         }
       }
       if (!graph) graph = capture(g, st, kv, nullptr, nullptr, kernels);
@@ -640,9 +638,6 @@ class CudaBackend : public Backend {
     return int8_prefill_ && op.kind == OpKind::MoeExperts && g.rows(op.out) > kDecodeRows && op.w->type == op.w2->type &&
            cuda::has_q8_dot(static_cast<int>(op.w->type)) && op.n % 32 == 0 && op.k % 32 == 0;
   }
-  // Whether the next int8 prefill product after op `from` reads slot s's first n columns: then
-  // the op writing s (a norm, a residual add, GeGLU) also fills the prefill buffer with them, which
-  // saves that product's quantize_q8 launch (the buffer holds one slot, so only the next one).
   // Whether an op after `from` reads slot s as floats before s is written again: anything but
   // int8 products (not MoE, which reads the floats too) served by the prefill buffer while it
   // still holds s.
@@ -660,6 +655,9 @@ class CudaBackend : public Backend {
     }
     return s == g.logits;
   }
+  // Whether the next int8 prefill product after op `from` reads slot s's first n columns: then
+  // the op writing s (a norm, a residual add, GeGLU) also fills the prefill buffer with them, which
+  // saves that product's quantize_q8 launch (the buffer holds one slot, so only the next one).
   bool wants_prefill_q8(const Graph& g, size_t from, int s, int n) const {
     if (!fuse_ || n % 32 != 0 || g.rows(s) <= kDecodeRows) return false;
     for (size_t j = from + 1; j < g.ops.size(); ++j) {
@@ -998,11 +996,11 @@ class CudaBackend : public Backend {
             q8 = st.prefill_q8v;
             pf_out = op.out;
             pf_n = op.n;
-            // only the down product reads it: its quantized copy is all it needs
-            if (!reads_f32_later(g, oi, op.out) && cuda::gelu_mul_f32_optional(a, as, b, bs, op.b_col, op.n, rows))
-              out = nullptr;
           }
-          kernels += cuda::gelu_mul(cur_, a, as, b, bs, op.b_col, op.n, rows, out, os, q8);
+          // the floats are not needed when the next product (down) reads the quantized copy and
+          // nothing reads the slot otherwise
+          kernels += cuda::gelu_mul(cur_, a, as, b, bs, op.b_col, op.n, rows, out, os, q8,
+                                    pf_out < 0 || reads_f32_later(g, oi, op.out));
           break;
         }
         case OpKind::Add: kernels += cuda::add(cur_, a, as, b, bs, op.n, rows, out, os); break;

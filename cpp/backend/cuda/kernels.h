@@ -143,10 +143,10 @@ struct RowChain {
 };
 void row_chain_setup();
 int row_chain(cudaStream_t s, const RowChain& c);
+// q8: as rms_norm's. floats_read = false: nothing reads out's floats, only the quantized rows;
+// the prefill kernel (rows > 1, float4 rows) then skips writing them.
 int gelu_mul(cudaStream_t s, const float* a, int a_stride, const float* b, int b_stride, int b_col,
-             int n, int rows, float* out, int out_stride, Q8Vec q8 = {});  // q8: as rms_norm's
-// Whether gelu_mul with q8 may leave out the float output (out = nullptr: only the quantized rows).
-bool gelu_mul_f32_optional(const float* a, int a_stride, const float* b, int b_stride, int b_col, int n, int rows);
+             int n, int rows, float* out, int out_stride, Q8Vec q8 = {}, bool floats_read = true);
 int add(cudaStream_t s, const float* a, int a_stride, const float* b, int b_stride, int n, int rows,
         float* out, int out_stride);
 int scale(cudaStream_t s, const float* a, int a_stride, float f, int n, int rows, float* out, int out_stride);

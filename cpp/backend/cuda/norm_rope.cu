@@ -67,34 +67,6 @@ __global__ void elementwise_kernel(const float* a, int as, const float* b, int b
   out[static_cast<size_t>(row) * os + j] = y;
 }
 
-// GeGLU of prefill rows on float4s (n % 32 == 0, float4 rows), quantized as well (row r at
-// r * n codes): a block of 32 values is the float4s of 8 neighbouring lanes. out may be null when
-// only the quantized copy is read (the down product's input): a third less traffic.
-__global__ void gelu_mul_q8_rows_kernel(const float* a, int as, const float* b, int bs, int n, float* out, int os,
-                                        Q8Vec q8) {
-  pdl_entry();
-  const int row = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x, n4 = n / 4;
-  float4 y = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  if (j < n4) {
-    const float4 x = reinterpret_cast<const float4*>(a + static_cast<size_t>(row) * as)[j];
-    const float4 u = reinterpret_cast<const float4*>(b + static_cast<size_t>(row) * bs)[j];
-    y = make_float4(mb_gelu_tanh(x.x) * u.x, mb_gelu_tanh(x.y) * u.y, mb_gelu_tanh(x.z) * u.z, mb_gelu_tanh(x.w) * u.w);
-    if (out) reinterpret_cast<float4*>(out + static_cast<size_t>(row) * os)[j] = y;
-  }
-  float amax = fmaxf(fmaxf(fabsf(y.x), fabsf(y.y)), fmaxf(fabsf(y.z), fabsf(y.w)));
-#pragma unroll
-  for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  if (j >= n4) return;
-  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-  char4 q;
-  q.x = static_cast<signed char>(__float2int_rn(y.x * inv));
-  q.y = static_cast<signed char>(__float2int_rn(y.y * inv));
-  q.z = static_cast<signed char>(__float2int_rn(y.z * inv));
-  q.w = static_cast<signed char>(__float2int_rn(y.w * inv));
-  reinterpret_cast<char4*>(q8.q + static_cast<size_t>(row) * n)[j] = q;
-  if ((j & 7) == 0) q8.d[static_cast<size_t>(row) * (n / 32) + (j >> 3)] = amax / 127.0f;
-}
-
 // GeGLU of each row (blockIdx.y), quantized as well (q8.cuh; row r at r * n codes): 32
 // consecutive values per warp.
 __global__ void gelu_mul_q8_kernel(const float* a, int as, const float* b, int bs, int n, float* out, int os,
@@ -221,6 +193,25 @@ __device__ __forceinline__ void quantize_float4s(const float4 (&v)[VEC], Q8Vec q
     reinterpret_cast<char4*>(q8.q)[j] = q;
     if ((j & 7) == 0) q8.d[j >> 3] = amax / 127.0f;
   }
+}
+
+// GeGLU of prefill rows on float4s (n % 32 == 0, float4 rows), quantized as well (row r at
+// r * n codes): a block of 32 values is the float4s of 8 neighbouring lanes. out may be null when
+// only the quantized copy is read (the down product's input): a third less traffic.
+__global__ void gelu_mul_q8_rows_kernel(const float* a, int as, const float* b, int bs, int n, float* out, int os,
+                                        Q8Vec q8) {
+  pdl_entry();
+  const int row = blockIdx.y, j0 = blockIdx.x * blockDim.x, j = j0 + threadIdx.x, n4 = n / 4;
+  float4 y[1] = {make_float4(0.0f, 0.0f, 0.0f, 0.0f)};
+  if (j < n4) {
+    const float4 x = reinterpret_cast<const float4*>(a + static_cast<size_t>(row) * as)[j];
+    const float4 u = reinterpret_cast<const float4*>(b + static_cast<size_t>(row) * bs)[j];
+    y[0] = make_float4(mb_gelu_tanh(x.x) * u.x, mb_gelu_tanh(x.y) * u.y, mb_gelu_tanh(x.z) * u.z, mb_gelu_tanh(x.w) * u.w);
+    if (out) reinterpret_cast<float4*>(out + static_cast<size_t>(row) * os)[j] = y[0];
+  }
+  // this block's float4s j0 .. of the row: codes from byte 4 j0, scales from j0 / 8
+  const Q8Vec qb{q8.q + static_cast<size_t>(row) * n + 4 * j0, q8.d + static_cast<size_t>(row) * (n / 32) + j0 / 8};
+  quantize_float4s<256>(y, qb, n4 - j0);
 }
 
 // Prefill rows (one norm group per row): a block per row, each thread holding its float4s in
@@ -498,20 +489,17 @@ int rms_norm(cudaStream_t s, const float* a, int a_stride, const float* w, int n
 }
 
 int gelu_mul(cudaStream_t s, const float* a, int as, const float* b, int bs, int b_col, int n, int rows,
-             float* out, int os, Q8Vec q8) {
+             float* out, int os, Q8Vec q8, bool floats_read) {
   if (q8.q && rows > 1 && n % 32 == 0 && float4_rows({{a, as}, {b + b_col, bs}, {out, os}})) {
-    enqueue(gelu_mul_q8_rows_kernel, dim3(MB_BLOCKS(n / 4, 256), rows), 256, 0, s, a, as, b + b_col, bs, n, out, os, q8);
+    enqueue(gelu_mul_q8_rows_kernel, dim3(MB_BLOCKS(n / 4, 256), rows), 256, 0, s, a, as, b + b_col, bs, n,
+            floats_read ? out : nullptr, os, q8);
     return 1;
   }
-  if (!out) return 0;  // the caller checks gelu_mul_f32_optional() first
   if (q8.q) {
     enqueue(gelu_mul_q8_kernel, dim3(MB_BLOCKS(n, 256), rows), 256, 0, s, a, as, b + b_col, bs, n, out, os, q8);
     return 1;
   }
   return launch_ew<Ew::GeluMul>(s, a, as, b + b_col, bs, 0.0f, n, rows, out, os);
-}
-bool gelu_mul_f32_optional(const float* a, int as, const float* b, int bs, int b_col, int n, int rows) {
-  return rows > 1 && n % 32 == 0 && float4_rows({{a, as}, {b + b_col, bs}});
 }
 int add(cudaStream_t s, const float* a, int as, const float* b, int bs, int n, int rows, float* out, int os) {
   return launch_ew<Ew::Add>(s, a, as, b, bs, 0.0f, n, rows, out, os);

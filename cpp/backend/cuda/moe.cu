@@ -130,6 +130,7 @@ __global__ void route_kernel(const float* logits, int ls, const float* scale, in
 // (its 128 threads striding over the row); the last block to finish (a device counter, which it
 // resets for the next launch) routes. Saves a launch and its gap per MoE layer.
 constexpr int kRouterThreads = 128;
+constexpr int kRouterVec = 8;
 constexpr int kMaxExperts = 1024;
 
 template <int TYPE>
@@ -140,9 +141,35 @@ __global__ void __launch_bounds__(kRouterThreads) router_kernel(WeightRef w, con
   __shared__ float p[kMaxExperts];
   __shared__ bool last;
   const int e = blockIdx.x;
-  prefetch_l2(w.data + static_cast<size_t>(e) * w.row_bytes, w.row_bytes);
+  const mb_u8* row = w.data + static_cast<size_t>(e) * w.row_bytes;
+  // Rows of up to kRouterVec float4s a thread (K <= 4096) are loaded into registers before the
+  // wait, while the kernel before runs: the router's first DRAM round trip leaves the layer's
+  // critical path. The same sums in the same order as block_row_dot's.
+  const bool pre = w.K <= kRouterThreads * 4 * kRouterVec;
+  float4 wv[kRouterVec];
+  if (pre) {
+#pragma unroll
+    for (int c = 0; c < kRouterVec; ++c) {
+      const int i = (threadIdx.x + kRouterThreads * c) * 4;
+      wv[c] = i < w.K ? w4<TYPE>(row, i, w.K) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  } else {
+    prefetch_l2(row, w.row_bytes);
+  }
   pdl_wait();
-  const float acc = block_row_dot<TYPE, kRouterThreads>(w.data + static_cast<size_t>(e) * w.row_bytes, w.K, x);
+  float acc;
+  if (pre) {
+    const bool vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+    acc = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kRouterVec; ++c) {
+      const int i = (threadIdx.x + kRouterThreads * c) * 4;
+      if (i < w.K) acc += dot4(wv[c], x4(x, i, w.K, vec));
+    }
+    acc = block_sum(acc);
+  } else {
+    acc = block_row_dot<TYPE, kRouterThreads>(row, w.K, x);
+  }
   if (threadIdx.x == 0) {
     logits[e] = acc;
     // release: the logit is visible device-wide before this block is counted; acquire (the last
@@ -258,14 +285,27 @@ __global__ void __launch_bounds__(kQ8Threads) gate_up_q8_kernel(WeightRef w, int
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  // Two units a thread in flight (the loads of both before either sum): the expert's rows can
+  // only be asked for once the route is known, so every load is on the critical path. The sums
+  // keep the order of one unit at a time.
   const int units = w.K / 16;
-  for (int u = threadIdx.x; u < units; u += kQ8Threads) {
-    const XUnit xu = load_x_unit<TYPE>(x.q, x.d, u);
-    WUnit wu[R];
+  for (int u = threadIdx.x; u < units; u += 2 * kQ8Threads) {
+    const int u2 = u + kQ8Threads;
+    const bool two = u2 < units;
+    WUnit wa[R], wb[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) wu[r] = load_w_unit<TYPE>(rows[r], u);
+    for (int r = 0; r < R; ++r) {
+      wa[r] = load_w_unit<TYPE>(rows[r], u);
+      wb[r] = load_w_unit<TYPE>(rows[r], two ? u2 : u);
+    }
+    const XUnit xa = load_x_unit<TYPE>(x.q, x.d, u);
+    const XUnit xb = load_x_unit<TYPE>(x.q, x.d, two ? u2 : u);
 #pragma unroll
-    for (int r = 0; r < R; ++r) acc[r] += unit_dot<TYPE>(wu[r], xu);
+    for (int r = 0; r < R; ++r) acc[r] += unit_dot<TYPE>(wa[r], xa);
+    if (two) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r] += unit_dot<TYPE>(wb[r], xb);
+    }
   }
   __shared__ float part[kQ8Threads / 32][R];
   warp_partials(acc, part);
@@ -295,18 +335,32 @@ __global__ void __launch_bounds__(kQ8Threads) down_q8_kernel(WeightRef w, int E,
   float acc[kDownRows];
 #pragma unroll
   for (int r = 0; r < kDownRows; ++r) acc[r] = 0.0f;
-  for (int u = threadIdx.x; u < k * upe; u += kQ8Threads) {
-    const int j = u / upe, uu = u - j * upe;
-    const int e = expert_of(route, 0, 0, j, E, hid, k);
-    const float wgt = route[2 * j];
-    const XUnit xu = load_x_unit<TYPE>(act.q + static_cast<size_t>(j) * Ie, act.d + static_cast<size_t>(j) * (Ie / 32), uu);
-    const mb_u8* base = w.data + static_cast<size_t>(e) * w.expert_bytes;
-    WUnit wu[kDownRows];
+  // Units u and u + kQ8Threads in flight together, as in gate_up_q8_kernel.
+  const int units = k * upe;
+  for (int u = threadIdx.x; u < units; u += 2 * kQ8Threads) {
+    const int u2 = u + kQ8Threads;
+    const bool two = u2 < units;
+    WUnit wu[2][kDownRows];
+    XUnit xu[2];
+    float wgt[2];
 #pragma unroll
-    for (int r = 0; r < kDownRows; ++r)
-      wu[r] = load_w_unit<TYPE>(base + static_cast<size_t>(min(h0 + r, H - 1)) * w.row_bytes, uu);
+    for (int h = 0; h < 2; ++h) {
+      const int v = h == 0 || !two ? u : u2;
+      const int j = v / upe, uu = v - j * upe;
+      const int e = expert_of(route, 0, 0, j, E, hid, k);
+      wgt[h] = route[2 * j];
+      const mb_u8* base = w.data + static_cast<size_t>(e) * w.expert_bytes;
 #pragma unroll
-    for (int r = 0; r < kDownRows; ++r) acc[r] += wgt * unit_dot<TYPE>(wu[r], xu);
+      for (int r = 0; r < kDownRows; ++r)
+        wu[h][r] = load_w_unit<TYPE>(base + static_cast<size_t>(min(h0 + r, H - 1)) * w.row_bytes, uu);
+      xu[h] = load_x_unit<TYPE>(act.q + static_cast<size_t>(j) * Ie, act.d + static_cast<size_t>(j) * (Ie / 32), uu);
+    }
+#pragma unroll
+    for (int r = 0; r < kDownRows; ++r) acc[r] += wgt[0] * unit_dot<TYPE>(wu[0][r], xu[0]);
+    if (two) {
+#pragma unroll
+      for (int r = 0; r < kDownRows; ++r) acc[r] += wgt[1] * unit_dot<TYPE>(wu[1][r], xu[1]);
+    }
   }
   __shared__ float part[kQ8Threads / 32][kDownRows];
   warp_partials(acc, part);

@@ -291,6 +291,10 @@ constexpr int kChainThreads = 512;  // 256 ran the three chains of a 26B-A4B lay
 constexpr int kChainVec = kChainMaxN / 4 / kChainThreads;
 constexpr int kChainSlots = 3 * kMaxRowOps;
 constexpr int kChainWarps = kChainThreads / 32;
+// Norms in a row whose inputs none of them writes (Gemma 4's MoE layers: the three norms of the
+// residual that feed the dense MLP, the router and the experts; the post-norms of the dense MLP's
+// and the experts' outputs) share one reduction, so one barrier: up to this many.
+constexpr int kNormGroup = 4;
 
 struct ChainPlan {
   RowChain c;
@@ -300,6 +304,7 @@ struct ChainPlan {
   unsigned char weight[kChainSlots]; // load is a norm weight: copied before the PDL wait
   unsigned char a[kMaxRowOps], b[kMaxRowOps], out[kMaxRowOps];  // slots; b: Add's b or Norm's w
   unsigned char has_b[kMaxRowOps];
+  unsigned char group[kMaxRowOps];   // Norm: the norms from this one whose sums it reduces (0: done earlier)
 };
 
 __device__ __forceinline__ void chain_load(const ChainPlan& p, float4* sm, bool weights) {
@@ -318,7 +323,7 @@ __device__ __forceinline__ void chain_load(const ChainPlan& p, float4* sm, bool 
 
 __global__ void __launch_bounds__(kChainThreads) row_chain_kernel(ChainPlan p) {
   extern __shared__ float4 sm[];  // p.slots rows of p.n4 float4s
-  __shared__ float part[2][kChainWarps];
+  __shared__ float part[2][kNormGroup][kChainWarps];
   pdl_trigger();
   chain_load(p, sm, true);
   pdl_wait();
@@ -327,6 +332,7 @@ __global__ void __launch_bounds__(kChainThreads) row_chain_kernel(ChainPlan p) {
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   int norms = 0;
   float4 v[kChainVec];
+  float sums[kMaxRowOps];  // each norm's sum of squares, reduced with its group's first norm
 #pragma unroll
   for (int i = 0; i < kMaxRowOps; ++i) {  // constant indices: the plan stays in parameter space
     if (i >= p.c.count) break;
@@ -341,17 +347,33 @@ __global__ void __launch_bounds__(kChainThreads) row_chain_kernel(ChainPlan p) {
       v[c] = j < p.n4 ? A[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     if (o.kind == RowOpKind::Norm) {
-      float ss = 0.0f;
+      const int g = p.group[i];
+      if (g > 0) {  // this norm's sum and those of the next g - 1, in one reduction
 #pragma unroll
-      for (int c = 0; c < kChainVec; ++c) ss += dot4(v[c], v[c]);
-      ss = warp_sum(ss);
-      if (lane == 0) part[norms & 1][warp] = ss;  // alternate halves: no barrier before the write
-      __syncthreads();
-      ss = 0.0f;
+        for (int m = 0; m < kNormGroup; ++m) {
+          if (m >= g || i + m >= kMaxRowOps) break;
+          const float4* Am = sm + p.a[i + m] * p.n4;  // each thread reads only its own float4s
+          float ss = 0.0f;
 #pragma unroll
-      for (int w = 0; w < kChainWarps; ++w) ss += part[norms & 1][w];
-      ++norms;
-      const float r = 1.0f / sqrtf(ss / o.n + o.f);
+          for (int c = 0; c < kChainVec; ++c) {
+            const int j = t + kChainThreads * c;
+            if (j < p.n4) ss += dot4(Am[j], Am[j]);
+          }
+          ss = warp_sum(ss);
+          if (lane == 0) part[norms & 1][m][warp] = ss;  // alternate halves: no barrier before the write
+        }
+        __syncthreads();
+#pragma unroll
+        for (int m = 0; m < kNormGroup; ++m) {
+          if (m >= g || i + m >= kMaxRowOps) break;
+          float ss = 0.0f;
+#pragma unroll
+          for (int w = 0; w < kChainWarps; ++w) ss += part[norms & 1][m][w];
+          sums[i + m] = ss;
+        }
+        ++norms;
+      }
+      const float r = 1.0f / sqrtf(sums[i] / o.n + o.f);
 #pragma unroll
       for (int c = 0; c < kChainVec; ++c) {
         const int j = t + kChainThreads * c;
@@ -413,6 +435,19 @@ ChainPlan chain_plan(const RowChain& c, int first, int count) {
     p.has_b[i] = b != nullptr;
     p.b[i] = b ? static_cast<unsigned char>(find(b, true, o.kind == RowOpKind::Norm)) : 0;
     p.out[i] = static_cast<unsigned char>(find(o.out, false, false));
+  }
+  // Norm groups: a norm joins the group before it when no op of that group writes its input.
+  for (int i = 0; i < count;) {
+    if (p.c.op[i].kind != RowOpKind::Norm) { ++i; continue; }
+    int g = 1;
+    while (i + g < count && g < kNormGroup && p.c.op[i + g].kind == RowOpKind::Norm) {
+      bool written = false;
+      for (int x = i; x < i + g; ++x) written = written || p.out[x] == p.a[i + g];
+      if (written) break;
+      ++g;
+    }
+    p.group[i] = static_cast<unsigned char>(g);
+    i += g;
   }
   return p;
 }

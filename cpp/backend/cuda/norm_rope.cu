@@ -284,9 +284,10 @@ bool rows_fit(int n, std::initializer_list<std::pair<const float*, int>> rows) {
 // writes them are copied in at the start, all at once (cp.async; the norm weights before the PDL wait,
 // since no kernel writes them), and each op reads its operands from the slots and writes its result
 // to its output's slot and to global memory. A thread only touches its own float4s of each slot, so
-// only the norms' sums cross threads: one barrier per norm. The first version (1024 threads, one
-// value each, operands loaded from global memory op by op) took 7-11 us a chain on the H200: its 32
-// warps spent more issue slots on per-op overhead than on the few values each held.
+// only the norms' sums cross threads: one barrier per norm, or per group of norms (kNormGroup). The
+// first version (1024 threads, one value each, operands loaded from global memory op by op) took
+// 7-11 us a chain on the H200: its 32 warps spent more issue slots on per-op overhead than on the
+// few values each held.
 constexpr int kChainThreads = 512;  // 256 ran the three chains of a 26B-A4B layer 0.9 us slower, 128 3 us
 constexpr int kChainVec = kChainMaxN / 4 / kChainThreads;
 constexpr int kChainSlots = 3 * kMaxRowOps;

@@ -134,6 +134,31 @@ def test_host_routing_switch(need_cuda, tiny_models):
     assert host[1] == 1 + dev[2], (host, dev)
 
 
+def test_decode_trace(need_cuda, tiny_models):
+    """MARKBASE_CUDA_TRACE=1 (common.cuh, cuda_backend.cpp): every kernel stamps the global timer
+    as it passes its programmatic wait, and the backend prints each op's time on the critical path
+    when it is destroyed. The tokens are those without the trace, and every run's stamps match its
+    kernels (none skipped)."""
+    import json
+    tm = tiny_models["gemma4_moe"]
+    ids = tm.prompt(24, 8)
+    code = (f"import markbase, json, gc\nm = markbase.Model.load({tm.path!r}, backend='cuda')\n"
+            f"t = list(m.generate_tokens({list(ids)!r}, max_tokens=6, temperature=0.0))\n"
+            "print(json.dumps(t))\ndel m\ngc.collect()")
+    out = {}
+    for flag in ("0", "1"):
+        r = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, MARKBASE_CUDA_TRACE=flag),
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        out[flag] = (json.loads(r.stdout.strip().splitlines()[-1]), r.stderr.splitlines())
+    assert out["1"][0] == out["0"][0]
+    assert not any(line.startswith("[cuda trace]") for line in out["0"][1])
+    head = [line for line in out["1"][1] if line.startswith("[cuda trace] op")]
+    assert head and "skipped: 0)" in head[0] and "(runs: 0," not in head[0], out["1"][1]
+    total = [line for line in out["1"][1] if line.startswith("[cuda trace] total")]
+    assert total and float(total[0].split()[-1]) > 0, out["1"][1]
+
+
 # ---- synthetic GGUFs: every tensor type, and the published shapes (fewer layers)
 
 def _synthetic(tmp_path, name, **kw):

@@ -2,6 +2,7 @@
 # One device call on the H200: builds MarkBase with the CUDA backend, runs the CUDA tests, and
 # measures MarkBase (and llama.cpp's CUDA llama-bench, built beside it) on synthetic Gemma 4 GGUFs.
 #   STAGES="test kern attn tune bench profile ab llama ncu" BUDGET=560 bash bench/cuda/h200_run.sh
+# At most 8 files come back from a device call: the stages test, kern, bench and llama write 8.
 # Carried: .whl (transformers 5.23 for the tiny models), .gpu/llama.cpp-src.tar.gz (trimmed
 # llama.cpp of the llama-cpp-python 0.3.36 sdist). Logs and JSON go to $OUT.
 set -u
@@ -74,6 +75,17 @@ if has kern; then  # decode per op, timed inside the CUDA graph (6-layer 26B-A4B
   MARKBASE_CUDA_PROFILE=1 "$BENCH" --model $M/g4-26b-6L.gguf --backend cuda --prompt-tokens 512 --gen-tokens 64 \
     --repeats 1 --json 2>&1 | grep "cuda profile" > "$OUT/kern_profile.txt"
   grep "T=1)" "$OUT/kern_profile.txt"
+  # Each decode op's time on the critical path with programmatic launch on (MARKBASE_CUDA_TRACE,
+  # one stream), on the 6-layer file and its dense equivalent: the profile above times ops one at
+  # a time, which hides how much of each kernel overlaps the one before.
+  python3 bench/make_synthetic_gguf.py $M/g4-26b-dense-6L.gguf --preset 26b-a4b --layers 6 --type q4_0 \
+    --dense-equivalent > /dev/null 2>&1
+  for f in g4-26b-6L g4-26b-dense-6L; do
+    echo "== $f" >> "$OUT/kern_trace.txt"
+    MARKBASE_CUDA_TRACE=1 "$BENCH" --model $M/$f.gguf --backend cuda --prompt-tokens 512 --gen-tokens 64 \
+      --repeats 1 --json 2>&1 | grep "cuda trace" | grep -v "T=512" >> "$OUT/kern_trace.txt"
+  done
+  cat "$OUT/kern_trace.txt"
 fi
 
 if has attn; then  # the tensor-core prefill attention against the float32 kernel, and its times

@@ -559,4 +559,6 @@ int attention(cudaStream_t s, const CacheRef& c, const float* q, int qs, const S
   return launched;
 }
 
+MB_TRACE_ATTACH(trace_attach_attention)
+
 }  // namespace markbase::cuda

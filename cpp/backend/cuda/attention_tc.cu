@@ -396,4 +396,6 @@ int attention_tc(cudaStream_t s, const CacheRef& c, const float* q, int qs, cons
   return 1;
 }
 
+MB_TRACE_ATTACH(trace_attach_attention_tc)
+
 }  // namespace markbase::cuda

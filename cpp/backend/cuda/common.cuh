@@ -24,10 +24,30 @@ __device__ __forceinline__ void pdl_trigger() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+// --- Decode timeline (MARKBASE_CUDA_TRACE=1): thread 0 of block 0 of every kernel stamps the
+// global timer (ns) as it passes pdl_wait(), i.e. when the kernels before it have finished, so the
+// difference of consecutive stamps is a kernel's time on the critical path with programmatic
+// launch on (the profile mode's events turn that off). Buffer: [0] the count, then the stamps.
+// The pointer is a variable of each translation unit (no relocatable device code): each .cu file
+// exports its setter through MB_TRACE_ATTACH.
+static __device__ unsigned long long* mb_trace_buf = nullptr;
+__device__ __forceinline__ void trace_stamp() {
+  if ((threadIdx.x | blockIdx.x | blockIdx.y | blockIdx.z) != 0) return;
+  unsigned long long* b = mb_trace_buf;
+  if (!b) return;
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  const unsigned long long i = atomicAdd(b, 1ull);
+  if (i < kTraceMax) b[1 + i] = t;
+}
+#define MB_TRACE_ATTACH(name) \
+  void name(unsigned long long* buf) { cudaMemcpyToSymbol(mb_trace_buf, &buf, sizeof(buf)); }
+
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+  trace_stamp();
 }
 // Both at a kernel's entry (kernels that read no weights ahead of their inputs).
 __device__ __forceinline__ void pdl_entry() {

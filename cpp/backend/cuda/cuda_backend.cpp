@@ -195,6 +195,8 @@ struct GraphState {
   // recorded into the CUDA graph with the kernels (or on the stream, eager runs).
   std::vector<std::pair<std::string, size_t>> timed;
   std::vector<cudaEvent_t> events;
+  // MARKBASE_CUDA_TRACE: each step's op label and the kernels it launched, in launch order
+  std::vector<std::pair<std::string, int>> traced;
   std::vector<cudaEvent_t> step_events;  // per step of the stream plan (null where none waits)
   ~GraphState() {
     if (exec) cudaGraphExecDestroy(exec);
@@ -224,9 +226,10 @@ class CudaBackend : public Backend {
     CK(cudaGetLastError());
     host_routing_ = env_flag("MARKBASE_CUDA_HOST_ROUTING", false);
     profile_ = env_flag("MARKBASE_CUDA_PROFILE", false);
+    trace_ = env_flag("MARKBASE_CUDA_TRACE", false);
     use_graphs_ = env_flag("MARKBASE_CUDA_GRAPH", true) && !host_routing_;
     fuse_ = env_flag("MARKBASE_CUDA_FUSE", true);
-    streams_ = env_flag("MARKBASE_CUDA_STREAMS", true);
+    streams_ = env_flag("MARKBASE_CUDA_STREAMS", true) && !trace_;  // the trace is one stream's order
     int8_prefill_ = env_flag("MARKBASE_CUDA_INT8_PREFILL", true) && !opt_.precise;
     attn_tc_ = env_flag("MARKBASE_CUDA_ATTN_TC", true);
     int major = 0;
@@ -235,6 +238,17 @@ class CudaBackend : public Backend {
     sample_result_ = dev_alloc(sizeof(int));
     sample_recent_ = dev_alloc(cuda::kMaxRecent * sizeof(int));
     sample_host_ = host_alloc((cuda::kMaxRecent + 1) * sizeof(int));
+    if (trace_) {
+      const size_t bytes = (1 + cuda::kTraceMax) * sizeof(unsigned long long);
+      trace_buf_ = dev_alloc(bytes);
+      trace_host_ = host_alloc(bytes);
+      auto* b = ptr<unsigned long long>(trace_buf_);
+      for (auto attach : {cuda::trace_attach_attention, cuda::trace_attach_attention_tc, cuda::trace_attach_matmul,
+                          cuda::trace_attach_matmul_q8, cuda::trace_attach_matvec, cuda::trace_attach_matvec_q8,
+                          cuda::trace_attach_moe, cuda::trace_attach_norm_rope, cuda::trace_attach_sample})
+        attach(b);
+      CK(cudaGetLastError());
+    }
   }
   ~CudaBackend() override {
     if (profile_) {
@@ -242,6 +256,14 @@ class CudaBackend : public Backend {
       for (const auto& [k, v] : prof_)
         std::fprintf(stderr, "[cuda profile] %-52s %10.3f %8d %10.2f\n", k.c_str(), v.first, v.second,
                      1000.0 * v.first / std::max(1, v.second));
+    }
+    if (trace_) {
+      std::fprintf(stderr, "[cuda trace] op (graph T): critical-path ms, calls, us per call (runs: %d, "
+                   "skipped: %d)\n", trace_runs_, trace_skipped_);
+      for (const auto& [k, v] : trace_acc_)
+        std::fprintf(stderr, "[cuda trace] %-52s %10.3f %8d %10.2f\n", k.c_str(), v.first, v.second,
+                     1000.0 * v.first / std::max(1, v.second));
+      std::fprintf(stderr, "[cuda trace] %-52s %10.3f\n", "total", trace_total_ms_);
     }
     states_.clear();
     if (side_) cudaStreamDestroy(side_);
@@ -306,6 +328,7 @@ class CudaBackend : public Backend {
   void wait() {
     CK(cudaStreamSynchronize(stream_));
     ++waits_;
+    if (trace_run_) read_trace();
     if (!profile_ || !timing_) return;
     for (const auto& [key, i] : timing_->timed) {
       float ms = 0.0f;
@@ -315,6 +338,43 @@ class CudaBackend : public Backend {
       acc.second += 1;
     }
     timing_ = nullptr;
+  }
+  // The trace of the run that just ended: stamp k is kernel k passing its wait, so kernel k's time
+  // on the critical path is stamp k + 1 - stamp k (the last kernel of the run has no next stamp,
+  // unless the sampler's kernel followed it). A run whose stamps do not match its kernels is skipped.
+  void read_trace() {
+    const GraphState& st = *trace_run_;
+    trace_run_ = nullptr;
+    auto* h = static_cast<unsigned long long*>(trace_host_.get());
+    CK(cudaMemcpy(h, trace_buf_.get(), sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+    const size_t n = std::min<size_t>(h[0], cuda::kTraceMax);
+    size_t kernels = 0;
+    for (const auto& [key, k] : st.traced) kernels += k;
+    if (h[0] < kernels || h[0] > kernels + 1 || n < h[0]) {
+      ++trace_skipped_;
+      return;
+    }
+    CK(cudaMemcpy(h + 1, ptr<unsigned long long>(trace_buf_) + 1, n * sizeof(unsigned long long),
+                  cudaMemcpyDeviceToHost));
+    size_t k = 0;
+    for (const auto& [key, count] : st.traced) {
+      double ns = 0.0;
+      for (int i = 0; i < count; ++i, ++k) {
+        if (k + 1 >= n) continue;
+        const double d = static_cast<double>(h[2 + k] - h[1 + k]);
+        ns += d;
+        if (count > 1) {  // a step of several kernels: each on a line of its own too
+          auto& part = trace_acc_[key + " [" + std::to_string(i + 1) + "/" + std::to_string(count) + "]"];
+          part.first += d * 1e-6;
+          part.second += 1;
+        }
+      }
+      auto& acc = trace_acc_[key];
+      acc.first += ns * 1e-6;
+      acc.second += 1;
+      trace_total_ms_ += ns * 1e-6;
+    }
+    ++trace_runs_;
   }
   // Profiling: an event pair around one op, and its records (inside a capture, as external event
   // nodes, which keep their timestamps when the graph replays).
@@ -352,6 +412,10 @@ class CudaBackend : public Backend {
     ops_ = 0;
     CK(cudaMemcpyAsync(st.step.get(), sh, (1 + g.T) * sizeof(int), cudaMemcpyHostToDevice, stream_));
     if (profile_) timing_ = &st;
+    if (trace_) {
+      CK(cudaMemsetAsync(trace_buf_.get(), 0, sizeof(unsigned long long), stream_));
+      trace_run_ = &st;
+    }
     if (!use_graphs_) {
       st.timed.clear();
       ops_ = encode(g, st, kv);
@@ -766,6 +830,9 @@ class CudaBackend : public Backend {
     cuda::HeadFinishArgs hf;
     size_t step_no = 0;
     cur_ = stream_;
+    std::string step_key;  // the step's op label (profile, trace)
+    int step_k0 = 0;       // kernels launched before the step
+    if (trace_) st.traced.clear();
     // A slot's quantized copy, quantizing it first when its producer did not.
     auto need_q8 = [&](int slot, int K) {
       const cuda::Q8Vec q = slot_q8(g, st, slot);
@@ -798,6 +865,7 @@ class CudaBackend : public Backend {
         uses->push_back(std::move(u));
       }
       if (plan && plan->steps[step_no].record) CK(cudaEventRecord(st.step_events[step_no], cur_));
+      if (trace_) st.traced.push_back({step_key, kernels - step_k0});
       ++step_no;
     };
     // Which slot's first pf_K columns the prefill buffer holds (-1: none), quantizing on demand.
@@ -823,15 +891,17 @@ class CudaBackend : public Backend {
       int pf_out = -1, pf_n = 0;  // prefill: a slot whose rows this step also quantizes into prefill_q8
       size_t ev = 0;
       begin_step();
-      if (profile_) {
-        ev = event_pair(st);
+      step_k0 = kernels;
+      if (profile_ || trace_) {
         // The op's label without its layer ("blk.7.attn_q.weight" -> "attn_q.weight"): one line
         // per op of a layer, its calls summed over the layers.
         std::string label = op.label;
         if (label.rfind("blk.", 0) == 0 && label.find('.', 4) != std::string::npos) label = label.substr(label.find('.', 4) + 1);
-        const std::string key = std::string(kind_names[static_cast<int>(op.kind)]) + " " + label + " (T=" +
-                                std::to_string(T) + ")";
-        st.timed.push_back({key, ev});
+        step_key = std::string(kind_names[static_cast<int>(op.kind)]) + " " + label + " (T=" + std::to_string(T) + ")";
+      }
+      if (profile_) {
+        ev = event_pair(st);
+        st.timed.push_back({step_key, ev});
         record(st.events[ev]);
       }
       if (fuse_ && chainable(g, op)) {
@@ -874,7 +944,8 @@ class CudaBackend : public Backend {
             }
           }
           kernels += cuda::row_chain(cur_, c);
-          if (profile_) st.timed.back().first = "RowChain from " + st.timed.back().first;
+          step_key = "RowChain from " + step_key;
+          if (profile_) st.timed.back().first = step_key;
           oi = chain.back();
           for (size_t j = first; j <= oi; ++j)
             if (g.ops[j].out >= 0) q8_cols[g.ops[j].out] = 0;
@@ -1109,6 +1180,13 @@ class CudaBackend : public Backend {
   bool attn_tc_ = true;  // default-mode prefill attention on the tensor cores (attention_tc.cu)
   bool capturing_ = false;           // encode() is recording into a CUDA graph
   const GraphState* timing_ = nullptr;  // profiling: the run whose op timers wait() reads
+  bool trace_ = false;                  // MARKBASE_CUDA_TRACE: the critical-path timeline (common.cuh)
+  DevPtr trace_buf_;
+  HostPtr trace_host_;
+  const GraphState* trace_run_ = nullptr;  // the run whose stamps wait() reads
+  std::map<std::string, std::pair<double, int>> trace_acc_;
+  int trace_runs_ = 0, trace_skipped_ = 0;
+  double trace_total_ms_ = 0.0;
   std::map<std::string, std::pair<double, int>> prof_;
   std::unordered_map<const uint8_t*, DevPtr> weights_, small_;
   std::map<const Graph*, std::unique_ptr<GraphState>> states_;

@@ -233,6 +233,19 @@ int moe_experts_prefill(cudaStream_t s, const WeightRef& gate_up, const WeightRe
                         int route_stride, int rows, const MoeScratch& m, bool precise, float* out,
                         int out_stride, Q8Vec x_q8 = {});
 
+// MARKBASE_CUDA_TRACE: the timeline buffer of each .cu file's kernels (common.cuh), or null: a
+// count, then up to kTraceMax stamps.
+constexpr int kTraceMax = 8192;
+void trace_attach_attention(unsigned long long* buf);
+void trace_attach_attention_tc(unsigned long long* buf);
+void trace_attach_matmul(unsigned long long* buf);
+void trace_attach_matmul_q8(unsigned long long* buf);
+void trace_attach_matvec(unsigned long long* buf);
+void trace_attach_matvec_q8(unsigned long long* buf);
+void trace_attach_moe(unsigned long long* buf);
+void trace_attach_norm_rope(unsigned long long* buf);
+void trace_attach_sample(unsigned long long* buf);
+
 // --- sample.cu: one token from a logits row, on the device.
 struct SampleArgs {
   float temperature = 0.0f;

@@ -175,4 +175,6 @@ int matmul(cudaStream_t s, const WeightRef& w, int N, const float* a, int a_stri
   return 0;
 }
 
+MB_TRACE_ATTACH(trace_attach_matmul)
+
 }  // namespace markbase::cuda

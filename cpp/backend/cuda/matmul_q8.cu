@@ -579,4 +579,6 @@ int matmul_q8(cudaStream_t s, const WeightRef& w, int N, Q8Vec a, int a_stride, 
   return 1;
 }
 
+MB_TRACE_ATTACH(trace_attach_matmul_q8)
+
 }  // namespace markbase::cuda

@@ -133,4 +133,6 @@ int matvec(cudaStream_t s, const WeightRef& w, int N, const float* a, int a_stri
   return 0;  // the backend checks types before launching
 }
 
+MB_TRACE_ATTACH(trace_attach_matvec)
+
 }  // namespace markbase::cuda

@@ -182,4 +182,6 @@ int matvec_q8(cudaStream_t s, MatvecJobs jobs, Q8Vec x, int K) {
   return n >= kTallN ? launch_rows<kTallRows>(s, jobs, x, K) : launch_rows<kRows>(s, jobs, x, K);
 }
 
+MB_TRACE_ATTACH(trace_attach_matvec_q8)
+
 }  // namespace markbase::cuda

@@ -514,4 +514,6 @@ int moe_experts_prefill(cudaStream_t s, const WeightRef& gu, const WeightRef& dn
   return launched + 1;
 }
 
+MB_TRACE_ATTACH(trace_attach_moe)
+
 }  // namespace markbase::cuda

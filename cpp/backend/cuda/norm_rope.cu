@@ -556,4 +556,6 @@ int rope(cudaStream_t s, const float* a, int as, const float* inv, const StepBuf
   return 1;
 }
 
+MB_TRACE_ATTACH(trace_attach_norm_rope)
+
 }  // namespace markbase::cuda

@@ -178,4 +178,6 @@ int sample(cudaStream_t s, const float* logits, int vocab, const SampleArgs& a, 
   return 1;
 }
 
+MB_TRACE_ATTACH(trace_attach_sample)
+
 }  // namespace markbase::cuda

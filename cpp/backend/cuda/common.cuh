@@ -28,9 +28,10 @@ __device__ __forceinline__ void pdl_trigger() {
 // global timer (ns) as it passes pdl_wait(), i.e. when the kernels before it have finished, so the
 // difference of consecutive stamps is a kernel's time on the critical path with programmatic
 // launch on (the profile mode's events turn that off). Buffer: [0] the count, then the stamps.
-// The pointer is a variable of each translation unit (no relocatable device code): each .cu file
-// exports its setter through MB_TRACE_ATTACH.
-static __device__ unsigned long long* mb_trace_buf = nullptr;
+// The pointer is a constant of each translation unit (no relocatable device code; constant memory,
+// so that the check costs block 0 a constant-cache read, not a global load, when tracing is off):
+// each .cu file exports its setter through MB_TRACE_ATTACH.
+static __constant__ unsigned long long* mb_trace_buf = nullptr;
 __device__ __forceinline__ void trace_stamp() {
   if ((threadIdx.x | blockIdx.x | blockIdx.y | blockIdx.z) != 0) return;
   unsigned long long* b = mb_trace_buf;

@@ -142,34 +142,28 @@ __global__ void __launch_bounds__(kRouterThreads) router_kernel(WeightRef w, con
   __shared__ bool last;
   const int e = blockIdx.x;
   const mb_u8* row = w.data + static_cast<size_t>(e) * w.row_bytes;
-  // Rows of up to kRouterVec float4s a thread (K <= 4096) are loaded into registers before the
-  // wait, while the kernel before runs: the router's first DRAM round trip leaves the layer's
-  // critical path. The same sums in the same order as block_row_dot's.
-  const bool pre = w.K <= kRouterThreads * 4 * kRouterVec;
+  // The row's first kRouterVec float4s a thread (all of it for K <= 4096) are loaded into
+  // registers before the wait, while the kernel before runs: the router's first DRAM round trip
+  // leaves the layer's critical path. Longer rows go to L2 meanwhile and are read after it. The
+  // sums are block_row_dot's, in its order.
   float4 wv[kRouterVec];
-  if (pre) {
 #pragma unroll
-    for (int c = 0; c < kRouterVec; ++c) {
-      const int i = (threadIdx.x + kRouterThreads * c) * 4;
-      wv[c] = i < w.K ? w4<TYPE>(row, i, w.K) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-  } else {
-    prefetch_l2(row, w.row_bytes);
+  for (int c = 0; c < kRouterVec; ++c) {
+    const int i = (threadIdx.x + kRouterThreads * c) * 4;
+    wv[c] = i < w.K ? w4<TYPE>(row, i, w.K) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
+  if (w.K > kRouterThreads * 4 * kRouterVec) prefetch_l2(row, w.row_bytes);
   pdl_wait();
-  float acc;
-  if (pre) {
-    const bool vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
-    acc = 0.0f;
+  const bool vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+  float acc = 0.0f;
 #pragma unroll
-    for (int c = 0; c < kRouterVec; ++c) {
-      const int i = (threadIdx.x + kRouterThreads * c) * 4;
-      if (i < w.K) acc += dot4(wv[c], x4(x, i, w.K, vec));
-    }
-    acc = block_sum(acc);
-  } else {
-    acc = block_row_dot<TYPE, kRouterThreads>(row, w.K, x);
+  for (int c = 0; c < kRouterVec; ++c) {
+    const int i = (threadIdx.x + kRouterThreads * c) * 4;
+    if (i < w.K) acc += dot4(wv[c], x4(x, i, w.K, vec));
   }
+  for (int i = (threadIdx.x + kRouterThreads * kRouterVec) * 4; i < w.K; i += kRouterThreads * 4)
+    acc += dot4(w4<TYPE>(row, i, w.K), x4(x, i, w.K, vec));
+  acc = block_sum(acc);
   if (threadIdx.x == 0) {
     logits[e] = acc;
     // release: the logit is visible device-wide before this block is counted; acquire (the last

@@ -2,6 +2,8 @@
 # One device call on the H200: builds MarkBase with the CUDA backend, runs the CUDA tests, and
 # measures MarkBase (and llama.cpp's CUDA llama-bench, built beside it) on synthetic Gemma 4 GGUFs.
 #   STAGES="test kern attn tune bench profile ab llama ncu" BUDGET=560 bash bench/cuda/h200_run.sh
+# KERN_VARIANTS (kern stage, 6-layer file) and AB_ENV (bench stage, full file): env settings to
+# A/B against the default in the same call.
 # At most 8 files come back from a device call: the stages test, kern, bench and llama write 8.
 # Carried: .whl (transformers 5.23 for the tiny models), .gpu/llama.cpp-src.tar.gz (trimmed
 # llama.cpp of the llama-cpp-python 0.3.36 sdist). Logs and JSON go to $OUT.
@@ -60,6 +62,11 @@ if has kern; then  # decode per op, timed inside the CUDA graph (6-layer 26B-A4B
   # the clocks while it decodes (latency-bound kernels run at the SM clock the GPU picks)
   nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,utilization.gpu --format=csv,noheader -lms 250 \
     > /tmp/clocks.txt 2>&1 & CLK=$!
+  python3 bench/make_synthetic_gguf.py $M/g4-26b-dense-6L.gguf --preset 26b-a4b --layers 6 --type q4_0 \
+    --dense-equivalent > /dev/null 2>&1
+  # the MoE/dense decode ratio on one layer's worth of difference: the dense equivalent first
+  "$BENCH" --model $M/g4-26b-dense-6L.gguf --backend cuda --prompt-tokens 512 --gen-tokens 128 \
+    --repeats 3 --json 2>/dev/null | sed "s/^{/{\"name\": \"6L_dense\", /" | tee -a "$OUT/kern_bench.jsonl"
   for pdl in 1 0; do
     MARKBASE_CUDA_PDL=$pdl "$BENCH" --model $M/g4-26b-6L.gguf --backend cuda --prompt-tokens 512 --gen-tokens 128 \
       --repeats 3 --json 2>/dev/null | sed "s/^{/{\"name\": \"6L_pdl$pdl\", /" | tee -a "$OUT/kern_bench.jsonl"
@@ -78,8 +85,6 @@ if has kern; then  # decode per op, timed inside the CUDA graph (6-layer 26B-A4B
   # Each decode op's time on the critical path with programmatic launch on (MARKBASE_CUDA_TRACE,
   # one stream), on the 6-layer file and its dense equivalent: the profile above times ops one at
   # a time, which hides how much of each kernel overlaps the one before.
-  python3 bench/make_synthetic_gguf.py $M/g4-26b-dense-6L.gguf --preset 26b-a4b --layers 6 --type q4_0 \
-    --dense-equivalent > /dev/null 2>&1
   for f in g4-26b-6L g4-26b-dense-6L; do
     echo "== $f" >> "$OUT/kern_trace.txt"
     MARKBASE_CUDA_TRACE=1 "$BENCH" --model $M/$f.gguf --backend cuda --prompt-tokens 512 --gen-tokens 64 \
@@ -133,6 +138,8 @@ if has bench && wait_for $M/gen26.done; then
   mb 26b_p512_nograph $M/g4-26b-q4_0.gguf 512 64 MARKBASE_CUDA_GRAPH=0
   mb 26b_p512_nopdl $M/g4-26b-q4_0.gguf 512 64 MARKBASE_CUDA_PDL=0
   mb 26b_p512_onestream $M/g4-26b-q4_0.gguf 512 64 MARKBASE_CUDA_STREAMS=0
+  # an A/B switch on the full file, same call: AB_ENV="MARKBASE_CUDA_MOE_STAGED=0"
+  [ -n "${AB_ENV:-}" ] && mb 26b_p512_ab $M/g4-26b-q4_0.gguf 512 128 $AB_ENV
   # per-op-kind GPU time (eager launches timed with events; printed to bench.err)
   has profile && mb 26b_profile $M/g4-26b-q4_0.gguf 512 32 MARKBASE_CUDA_PROFILE=1
   # A/B of the prefill paths: the f16 tiles instead of the int8 tensor cores, the float32

@@ -251,18 +251,20 @@ class CudaBackend : public Backend {
     }
   }
   ~CudaBackend() override {
+    // One line per op: its summed ms, its calls and us per call.
+    auto print_ops = [](const char* tag, const std::map<std::string, std::pair<double, int>>& ops) {
+      for (const auto& [k, v] : ops)
+        std::fprintf(stderr, "[cuda %s] %-52s %10.3f %8d %10.2f\n", tag, k.c_str(), v.first, v.second,
+                     1000.0 * v.first / std::max(1, v.second));
+    };
     if (profile_) {
       std::fprintf(stderr, "[cuda profile] op (graph T): total ms, calls, us per call\n");
-      for (const auto& [k, v] : prof_)
-        std::fprintf(stderr, "[cuda profile] %-52s %10.3f %8d %10.2f\n", k.c_str(), v.first, v.second,
-                     1000.0 * v.first / std::max(1, v.second));
+      print_ops("profile", prof_);
     }
     if (trace_) {
       std::fprintf(stderr, "[cuda trace] op (graph T): critical-path ms, calls, us per call (runs: %d, "
                    "skipped: %d)\n", trace_runs_, trace_skipped_);
-      for (const auto& [k, v] : trace_acc_)
-        std::fprintf(stderr, "[cuda trace] %-52s %10.3f %8d %10.2f\n", k.c_str(), v.first, v.second,
-                     1000.0 * v.first / std::max(1, v.second));
+      print_ops("trace", trace_acc_);
       std::fprintf(stderr, "[cuda trace] %-52s %10.3f\n", "total", trace_total_ms_);
     }
     states_.clear();

@@ -260,7 +260,7 @@ def test_q8_decode_default_mode(need_cuda, tmp_path, preset, qtype):
 @pytest.mark.parametrize("preset", ["26b-a4b", "e2b"])
 def test_decode_side_stream_bit_identical(need_cuda, tmp_path, monkeypatch, preset):
     """Independent steps of a decode graph run on a second stream (plan_streams in
-    cuda_backend.cpp): in MoE layers the router and experts beside the dense MLP, in E2B the
+    cuda_backend.cpp): in MoE layers the dense MLP beside the router and experts, in E2B the
     per-layer embedding's projection beside its lookup. The kernels and their inputs are the
     same, so the logits must be bit-identical to one stream's (MARKBASE_CUDA_STREAMS=0), token
     after token."""

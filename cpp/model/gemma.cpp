@@ -219,8 +219,6 @@ Graph GemmaModel::build(int T, bool all_logits) const {
     if (c.n_experts > 0) {
       norm(rn, x, H, router_norm_[i], H, blk(i, "router_norm"));
       norm(h2, x, H, W(blk(i, "pre_ffw_norm_2.weight")), H, blk(i, "pre_ffw_norm_2"));
-    }
-    if (c.n_experts > 0) {
       // The routed experts read nothing the dense MLP writes: a backend may run the two branches
       // side by side. The experts come first, as the longer chain of dependent steps (product,
       // routing, then products on its result): a backend that runs the second branch on a second

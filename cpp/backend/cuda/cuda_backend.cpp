@@ -103,7 +103,7 @@ class CudaCaches : public KVCaches {
 // Two streams for one graph: a decode step's independent branches (in Gemma 4's MoE layers, the
 // dense MLP beside the router and the experts) run side by side. Decode kernels are mostly
 // latency, but each spreads many small blocks over the whole GPU, so two branches interleave more
-// than they overlap: on the H200 this saves 4 % of a 26B-A4B token (bench/RESULTS.md). The branch
+// than they overlap: on the H200 this saves 6 % of a 26B-A4B token (bench/RESULTS.md). The branch
 // that comes first in the graph stays on the main stream (the router and the experts, the longer
 // one: gemma.cpp puts them first), and only there does each kernel launch under the one before it
 // (programmatic launch); a cross-stream edge waits for its kernel's end. With the dense MLP first

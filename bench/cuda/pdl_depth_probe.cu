@@ -1,9 +1,10 @@
 // How far ahead can programmatic dependent launch run? A chain of kernels in one stream, each
 // launched with programmatic stream serialization and triggering its dependents at entry, in a
 // CUDA graph and then as eager launches: kernel 0 spins 50 us after its wait, kernels 1.. 5 us
-// after theirs. Each stamps the global timer at entry (before griddepcontrol.wait) and at its end. If kernel n >= 2 enters before kernel
-// n - 2 ends, launches run more than one kernel ahead, and a kernel that needs no input from the
-// kernels just before it (only from an earlier one, through a flag) could start its work early.
+// after theirs. Each stamps the global timer at entry (before griddepcontrol.wait) and at its end.
+// If kernel n >= 2 enters before kernel n - 2 ends, launches run more than one kernel ahead, and a
+// kernel that needs no input from the kernels just before it (only from an earlier one, through a
+// flag) could start its work early.
 //   nvcc -std=c++17 -O2 -arch=sm_90a -o /tmp/pdl_depth bench/cuda/pdl_depth_probe.cu && /tmp/pdl_depth
 #include <cuda_runtime.h>
 

@@ -184,15 +184,16 @@ fi
 if has ncu && [ "$(left)" -gt 60 ] && [ -f $M/g4-26b-6L.gguf ]; then
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1)
   # NCU_KERNELS: "name skip count [ENV=value,...]" entries separated by ';' (commas join the
-  # settings of that entry's run, e.g. an A/B switch)
+  # settings of that entry's run, e.g. an A/B switch); NCU_ARGS: more ncu options (e.g.
+  # "--print-details all" for the warp stall reasons)
   IFS=';' read -ra NCU_LIST <<< "${NCU_KERNELS:-attention_decode_kernel 6 6;attention_combine 6 2;row_chain 9 3;router_kernel 3 1;matvec_q8_kernel 12 4;gate_up_q8 3 1;down_q8 3 1;norm_rope_store 3 1}"
   for k in "${NCU_LIST[@]}"; do
     set -- $k
     e=${4:-}
-    [ "$(left)" -gt 30 ] || break
     echo "=== $k" >> "$OUT/ncu.txt"
+    [ "$(left)" -gt 30 ] || break
     env ${e//,/ } MARKBASE_CUDA_GRAPH=0 timeout $(( $(left) > 70 ? 60 : $(left) - 10 )) $NCU --clock-control none \
-      --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+      --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats ${NCU_ARGS:-} \
       -k "regex:$1" --launch-skip $2 -c $3 $BENCH --model $M/g4-26b-6L.gguf --backend cuda --prompt-tokens 512 \
       --gen-tokens 4 --repeats 1 2>&1 | grep -vE "^==PROF==|^\{|^ *-+ *$|^ *$" >> "$OUT/ncu.txt"
   done

@@ -10,6 +10,8 @@
 // on the position, so a captured decode graph stays valid for every token.
 // Prefill over f16 caches in default mode goes to the tensor-core kernel of attention_tc.cu
 // instead; this float32 kernel stays the reference (precise mode, f32 caches, decode).
+#include <cstdlib>
+#include <cstring>
 #include <algorithm>
 #include <cfloat>
 
@@ -119,6 +121,8 @@ struct AttnArgs {
   float* out;
   int os;
   float* scratch;
+  bool early;  // attention_decode_kernel: the first chunk's cached rows copied before the PDL wait
+  int gsplit;  // attention_decode_kernel: blocks a KV head's query rows are split over (grid z)
 };
 
 // grid: (row blocks, kv heads, splits); block: rows_per_block warps.
@@ -280,9 +284,10 @@ size_t decode_smem_bytes(int d, int G) {
 __global__ void __launch_bounds__(kDecThreads) attention_decode_kernel(AttnArgs p) {
   pdl_trigger();
   const int pos = p.step->pos0;  // written by the host before the graph: readable before the wait
-  pdl_wait();
   extern __shared__ __align__(16) unsigned char dsm[];
-  const int d = p.c.head_dim, G = p.group, kd = d + 8, dw = d / kDecWarps;
+  // This block's G query rows: rows [row0, row0 + G) of the T * heads rows (q and the scratch)
+  const int d = p.c.head_dim, G = p.group / p.gsplit, kd = d + 8, dw = d / kDecWarps;
+  const int row0 = blockIdx.x * p.group + blockIdx.z * G;
   __half* Ks = reinterpret_cast<__half*>(dsm);
   __half* Vs = Ks + kChunk * kd;
   float* Qs = reinterpret_cast<float*>(Vs + kChunk * kd);
@@ -295,14 +300,42 @@ __global__ void __launch_bounds__(kDecThreads) attention_decode_kernel(AttnArgs 
   const int n = pos - first + 1;
   const int len = max(kChunk, (n + p.splits - 1) / p.splits);
   const int lo = first + split * len, hi = min(lo + len, pos + 1);
-  float* part = p.scratch + static_cast<size_t>(kvh * G) * p.splits * (d + 2);  // row g at + g * splits * (d + 2)
+  const __half* kh = static_cast<const __half*>(p.c.k) + static_cast<size_t>(kvh) * p.c.capacity * d;
+  const __half* vh = static_cast<const __half*>(p.c.v) + static_cast<size_t>(kvh) * p.c.capacity * d;
+  const int d8 = d / 8;
+  // Copies the chunk at p0 into Ks/Vs (rows past hi zero-filled). Row `pos` is the one the kernel
+  // before this one (norm_rope_store) writes in this step: it is left out (which == 1) or copied
+  // alone (which == 2); which == 0 copies every row.
+  auto copy_chunk = [&](int p0, int which) {
+    const int np = min(kChunk, hi - p0);
+    const int slot0 = cache_slot(p.c, p0);  // a chunk's rows wrap at most once (kChunk <= capacity)
+    for (int u = threadIdx.x; u < kChunk * d8; u += kDecThreads) {
+      const int r = u / d8, c = (u - r * d8) * 8;
+      if (which != 0 && (p0 + r == pos) != (which == 2)) continue;
+      const bool ok = r < np;
+      int slot = slot0 + (ok ? r : 0);
+      if (slot >= p.c.capacity) slot -= p.c.capacity;
+      const size_t off = static_cast<size_t>(slot) * d + c;
+      cp_async16(Ks + r * kd + c, kh + off, ok);
+      cp_async16(Vs + r * kd + c, vh + off, ok);
+    }
+    cp_async_commit();
+  };
+  // The first chunk's cached rows go out before the wait, while the kernels before this one still
+  // run: no kernel of this step writes them (a ring's slot of `pos` held a position outside the
+  // window, since the ring is longer than the window), so their DRAM latency is hidden as the
+  // products hide their weights'. The new row and q follow the wait.
+  const bool early = p.early && lo < hi;
+  if (early) copy_chunk(lo, 1);
+  pdl_wait();
+  float* part = p.scratch + static_cast<size_t>(row0) * p.splits * (d + 2);  // row g at + g * splits * (d + 2)
   if (lo >= hi) {  // no positions: the combine skips this split
     if (threadIdx.x < G) part[(static_cast<size_t>(threadIdx.x) * p.splits + split) * (d + 2)] = -INFINITY;
     return;
   }
   {  // the G query rows (contiguous), 16 bytes a load, all loads in flight before the first store
     constexpr int kQLoads = kDecMaxG * kMaxDim / 4 / kDecThreads;
-    const float4* q4 = reinterpret_cast<const float4*>(p.q + static_cast<size_t>(kvh) * G * d);
+    const float4* q4 = reinterpret_cast<const float4*>(p.q + static_cast<size_t>(row0) * d);
     const int n4 = G * d / 4;
     float4 qv[kQLoads];
 #pragma unroll
@@ -318,8 +351,6 @@ __global__ void __launch_bounds__(kDecThreads) attention_decode_kernel(AttnArgs 
             make_float4(qv[k].x * p.scale, qv[k].y * p.scale, qv[k].z * p.scale, qv[k].w * p.scale);
     }
   }
-  const __half* kh = static_cast<const __half*>(p.c.k) + static_cast<size_t>(kvh) * p.c.capacity * d;
-  const __half* vh = static_cast<const __half*>(p.c.v) + static_cast<size_t>(kvh) * p.c.capacity * d;
   float m[kDecRows], l[kDecRows];
 #pragma unroll
   for (int i = 0; i < kDecRows; ++i) { m[i] = -INFINITY; l[i] = 0.0f; }
@@ -328,21 +359,14 @@ __global__ void __launch_bounds__(kDecThreads) attention_decode_kernel(AttnArgs 
   for (int g = 0; g < kDecMaxG; ++g)
 #pragma unroll
     for (int j = 0; j < kDecCols; ++j) acc[g][j] = 0.0f;
-  const int d8 = d / 8;
   for (int p0 = lo; p0 < hi; p0 += kChunk) {
     const int np = min(kChunk, hi - p0);
-    const int slot0 = cache_slot(p.c, p0);  // a chunk's rows wrap at most once (kChunk <= capacity)
-    __syncthreads();  // the previous chunk's readers are done
-    for (int u = threadIdx.x; u < kChunk * d8; u += kDecThreads) {
-      const int r = u / d8, c = (u - r * d8) * 8;
-      const bool ok = r < np;
-      int slot = slot0 + (ok ? r : 0);
-      if (slot >= p.c.capacity) slot -= p.c.capacity;
-      const size_t off = static_cast<size_t>(slot) * d + c;
-      cp_async16(Ks + r * kd + c, kh + off, ok);
-      cp_async16(Vs + r * kd + c, vh + off, ok);
+    if (p0 == lo && early) {
+      if (pos < p0 + kChunk) copy_chunk(p0, 2);  // the new row, if this chunk holds it
+    } else {
+      __syncthreads();  // the previous chunk's readers are done
+      copy_chunk(p0, 0);
     }
-    cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
     {  // partial scores over this warp's dims, key p = lane
@@ -499,7 +523,20 @@ size_t smem_bytes(int d, int warps) { return (static_cast<size_t>(kTile) * (2 * 
 
 }  // namespace
 
+// A/B switches of the decode kernel (on by default): MARKBASE_CUDA_ATTN_EARLY=0 copies every chunk
+// after the PDL wait, MARKBASE_CUDA_ATTN_GSPLIT=0 keeps a KV head's query rows in one block.
+static bool env_on(const char* name, bool dflt) {
+  const char* e = std::getenv(name);
+  return e && *e ? std::strcmp(e, "0") != 0 : dflt;
+}
+
+static int g_dec_sms = 132;  // the device's SMs (attention_smem_limit)
+
 size_t attention_smem_limit() {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) == cudaSuccess &&
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && sms > 0)
+    g_dec_sms = sms;
   const size_t need = smem_bytes(kMaxDim, kMaxWarps);
   cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(need));
   cudaFuncSetAttribute(attention_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -537,10 +574,18 @@ int attention(cudaStream_t s, const CacheRef& c, const float* q, int qs, const S
   }
   const int group = heads / c.kv_heads;
   const int rows = T * group, warps = std::min(kMaxWarps, rows);
-  AttnArgs p{c, q, qs, step, T, heads, group, window, splits, warps, scale, out, os, scratch};
+  static const bool early = env_on("MARKBASE_CUDA_ATTN_EARLY", true);
+  static const bool gsplit_on = env_on("MARKBASE_CUDA_ATTN_GSPLIT", true);
+  AttnArgs p{c, q, qs, step, T, heads, group, window, splits, warps, scale, out, os, scratch, early, 1};
   if (T == 1 && splits > 1 && c.f16 && decode_kernel_fits(c.head_dim, group) &&
       (reinterpret_cast<uintptr_t>(q) & 15) == 0) {  // decode, f16 caches
-    enqueue(attention_decode_kernel, dim3(c.kv_heads, splits), kDecThreads, decode_smem_bytes(c.head_dim, group), s, p);
+    // Few KV heads (a full layer of Gemma 4: 2 KV heads, 8 query heads each) give few (KV head,
+    // split) blocks: their query rows are then split over up to 4 blocks that each read the same
+    // keys and values (the second reader finds them in L2), until the grid covers the SMs.
+    if (gsplit_on)
+      while (p.gsplit < 4 && group % (2 * p.gsplit) == 0 && c.kv_heads * splits * p.gsplit < g_dec_sms) p.gsplit *= 2;
+    enqueue(attention_decode_kernel, dim3(c.kv_heads, splits, p.gsplit), kDecThreads,
+            decode_smem_bytes(c.head_dim, group / p.gsplit), s, p);
   } else {
     const dim3 grid(MB_BLOCKS(rows, warps), c.kv_heads, splits);
     enqueue(attention_kernel, grid, kMaxWarps * 32, smem_bytes(c.head_dim, warps), s, p);

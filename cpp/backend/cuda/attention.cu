@@ -259,8 +259,9 @@ __global__ void attention_kernel(AttnArgs p) {
 // or quarter of them when the (KV head, split) grid alone would leave SMs idle: a Gemma 4 full
 // layer's 2 KV heads ran 14.3 us in 34 blocks, 9.7 in 136, Nsight Compute on the H200). Each
 // chunk's keys and values arrive by cp.async into shared memory (one memory round trip for the
-// whole chunk); the first chunk's are asked for before the programmatic wait (6.2 -> 5.3 us a
-// 26B-A4B layer on the critical path, bench/RESULTS.md, twelfth session). Then
+// whole chunk); the first chunk's are asked for before the programmatic wait. With both, this
+// kernel's time on a 26B-A4B layer's critical path went from 8.9 to 5.3 us (per-op trace of the
+// 6-layer file; decode +2.5 %, bench/RESULTS.md, twelfth session). Then
 //  - scores: warp w takes dims [w d / 8, (w + 1) d / 8) of every query row and of key p = lane
 //    (queries pre-scaled, float32 in shared memory; keys 16 bytes at a time from rows padded by
 //    16 bytes, so the lanes' rows fall in distinct banks); the 8 partial dots go through shared

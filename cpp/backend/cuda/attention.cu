@@ -63,7 +63,6 @@ __global__ void __launch_bounds__(kFinishThreads) norm_rope_store_kernel(HeadFin
   pdl_trigger();
   const int t = blockIdx.x;
   const int pos = p.step->pos0 + t;  // written by the host before the graph: readable before the wait
-  pdl_wait();
   int h = blockIdx.y, pi = 0;
 #pragma unroll
   for (int i = 0; i < kMaxHeadParts - 1; ++i)  // constant indices: the parts stay in parameter space
@@ -73,6 +72,22 @@ __global__ void __launch_bounds__(kFinishThreads) norm_rope_store_kernel(HeadFin
   for (int i = 1; i < kMaxHeadParts; ++i)
     if (pi == i) part = p.part[i];
   const int d = p.c.head_dim, half = d / 2;
+  // The norm weights and the RoPE angles (double-precision sincos) depend on no kernel of the step:
+  // with p.early they are loaded and computed while the q/k/v product before this kernel runs.
+  float w0[kFinishPairs], w1[kFinishPairs], rc[kFinishPairs], rs[kFinishPairs];
+  auto constants = [&] {
+#pragma unroll
+    for (int i = 0; i < kFinishPairs; ++i) {
+      const int j = threadIdx.x + kFinishThreads * i;
+      const bool in = j < half;
+      w0[i] = in && part.norm && part.w ? part.w[j] : 1.0f;
+      w1[i] = in && part.norm && part.w ? part.w[j + half] : 1.0f;
+      if (in && part.inv) rope_angle(static_cast<float>(pos), part.inv[j], rc[i], rs[i]);
+    }
+  };
+  if (p.early) constants();
+  pdl_wait();
+  if (!p.early) constants();
   const float* x = part.a + static_cast<size_t>(t) * part.as + h * d;
   float x0[kFinishPairs], x1[kFinishPairs];
   float ss = 0.0f;
@@ -93,10 +108,10 @@ __global__ void __launch_bounds__(kFinishThreads) norm_rope_store_kernel(HeadFin
     if (j >= half) break;
     float a0 = x0[i] * r, a1 = x1[i] * r;
     if (part.norm && part.w) {
-      a0 *= part.w[j];
-      a1 *= part.w[j + half];
+      a0 *= w0[i];
+      a1 *= w1[i];
     }
-    if (part.inv) rope_pair(a0, a1, static_cast<float>(pos), part.inv[j]);
+    if (part.inv) rope_apply(a0, a1, rc[i], rs[i]);
     y[j] = a0;
     y[j + half] = a1;
     if (part.cache && (p.c.ring || pos < p.c.capacity)) {  // (the host checks that the cache has room)
@@ -528,8 +543,10 @@ size_t smem_bytes(int d, int warps) { return (static_cast<size_t>(kTile) * (2 * 
 
 }  // namespace
 
-// A/B switches of the decode kernel (on by default): MARKBASE_CUDA_ATTN_EARLY=0 copies every chunk
-// after the PDL wait, MARKBASE_CUDA_ATTN_GSPLIT=0 keeps a KV head's query rows in one block.
+// A/B switches (on by default): MARKBASE_CUDA_ATTN_EARLY=0 copies every chunk of the decode kernel
+// after the PDL wait, MARKBASE_CUDA_ATTN_GSPLIT=0 keeps a KV head's query rows in one block,
+// MARKBASE_CUDA_FINISH_EARLY=0 has norm_rope_store load its constants after its wait. None changes
+// the arithmetic (tests/test_cuda_backend.py checks the logits bit for bit).
 static bool env_on(const char* name, bool dflt) {
   const char* e = std::getenv(name);
   return e && *e ? std::strcmp(e, "0") != 0 : dflt;
@@ -557,7 +574,10 @@ int attention_splits(const CacheRef& c, int T) {
   return std::min(kMaxSplits, std::max(1, (c.capacity + kTile - 1) / kTile));
 }
 
-int norm_rope_store(cudaStream_t s, const HeadFinishArgs& p, int T) {
+int norm_rope_store(cudaStream_t s, const HeadFinishArgs& args, int T) {
+  static const bool early = env_on("MARKBASE_CUDA_FINISH_EARLY", true);
+  HeadFinishArgs p = args;
+  p.early = early;
   int heads = 0;
   for (int i = 0; i < p.count; ++i) heads += p.part[i].heads;
   enqueue(norm_rope_store_kernel, dim3(T, heads), kFinishThreads, 0, s, p);

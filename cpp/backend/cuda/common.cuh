@@ -117,13 +117,23 @@ __device__ __forceinline__ float4 weights4(int type, const mb_u8* row, int i, in
 
 // RoPE of one pair (x0, x1) = (x[j], x[j + d / 2]) at position pos with inverse frequency inv: the
 // angle in float, its cosine and sine in double, as the CPU op computes them.
-__device__ __forceinline__ void rope_pair(float& x0, float& x1, float pos, float inv) {
+// rope_angle + rope_apply: the same, with the cosine and sine computed apart (they need only the
+// position and the table, so a kernel can compute them before its programmatic wait).
+__device__ __forceinline__ void rope_angle(float pos, float inv, float& c, float& sn) {
   double sd, cd;
   sincos(static_cast<double>(pos * inv), &sd, &cd);
-  const float c = static_cast<float>(cd), sn = static_cast<float>(sd);
+  c = static_cast<float>(cd);
+  sn = static_cast<float>(sd);
+}
+__device__ __forceinline__ void rope_apply(float& x0, float& x1, float c, float sn) {
   const float y0 = x0 * c - x1 * sn, y1 = x1 * c + x0 * sn;
   x0 = y0;
   x1 = y1;
+}
+__device__ __forceinline__ void rope_pair(float& x0, float& x1, float pos, float inv) {
+  float c, sn;
+  rope_angle(pos, inv, c, sn);
+  rope_apply(x0, x1, c, sn);
 }
 
 __device__ __forceinline__ float dot4(float4 a, float4 b) {

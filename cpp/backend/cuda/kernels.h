@@ -186,6 +186,7 @@ struct HeadFinishArgs {
   int count = 0;
   CacheRef c;
   const StepBuf* step = nullptr;
+  bool early = true;  // norm weights and RoPE angles before the programmatic wait (set by norm_rope_store)
 };
 int norm_rope_store(cudaStream_t s, const HeadFinishArgs& p, int T);
 // splits > 1: positions are split over that many blocks per row and combined (decode);

@@ -190,8 +190,8 @@ if has ncu && [ "$(left)" -gt 60 ] && [ -f $M/g4-26b-6L.gguf ]; then
   for k in "${NCU_LIST[@]}"; do
     set -- $k
     e=${4:-}
-    echo "=== $k" >> "$OUT/ncu.txt"
     [ "$(left)" -gt 30 ] || break
+    echo "=== $k" >> "$OUT/ncu.txt"
     env ${e//,/ } MARKBASE_CUDA_GRAPH=0 timeout $(( $(left) > 70 ? 60 : $(left) - 10 )) $NCU --clock-control none \
       --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats ${NCU_ARGS:-} \
       -k "regex:$1" --launch-skip $2 -c $3 $BENCH --model $M/g4-26b-6L.gguf --backend cuda --prompt-tokens 512 \

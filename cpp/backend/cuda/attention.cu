@@ -10,8 +10,6 @@
 // on the position, so a captured decode graph stays valid for every token.
 // Prefill over f16 caches in default mode goes to the tensor-core kernel of attention_tc.cu
 // instead; this float32 kernel stays the reference (precise mode, f32 caches, decode).
-#include <cstdlib>
-#include <cstring>
 #include <algorithm>
 #include <cfloat>
 
@@ -547,18 +545,8 @@ size_t smem_bytes(int d, int warps) { return (static_cast<size_t>(kTile) * (2 * 
 // after the PDL wait, MARKBASE_CUDA_ATTN_GSPLIT=0 keeps a KV head's query rows in one block,
 // MARKBASE_CUDA_FINISH_EARLY=0 has norm_rope_store load its constants after its wait. None changes
 // the arithmetic (tests/test_cuda_backend.py checks the logits bit for bit).
-static bool env_on(const char* name, bool dflt) {
-  const char* e = std::getenv(name);
-  return e && *e ? std::strcmp(e, "0") != 0 : dflt;
-}
-
-static int g_dec_sms = 132;  // the device's SMs (attention_smem_limit)
 
 size_t attention_smem_limit() {
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) == cudaSuccess &&
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && sms > 0)
-    g_dec_sms = sms;
   const size_t need = smem_bytes(kMaxDim, kMaxWarps);
   cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(need));
   cudaFuncSetAttribute(attention_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -575,7 +563,7 @@ int attention_splits(const CacheRef& c, int T) {
 }
 
 int norm_rope_store(cudaStream_t s, const HeadFinishArgs& args, int T) {
-  static const bool early = env_on("MARKBASE_CUDA_FINISH_EARLY", true);
+  static const bool early = env_flag("MARKBASE_CUDA_FINISH_EARLY", true);
   HeadFinishArgs p = args;
   p.early = early;
   int heads = 0;
@@ -599,8 +587,8 @@ int attention(cudaStream_t s, const CacheRef& c, const float* q, int qs, const S
   }
   const int group = heads / c.kv_heads;
   const int rows = T * group, warps = std::min(kMaxWarps, rows);
-  static const bool early = env_on("MARKBASE_CUDA_ATTN_EARLY", true);
-  static const bool gsplit_on = env_on("MARKBASE_CUDA_ATTN_GSPLIT", true);
+  static const bool early = env_flag("MARKBASE_CUDA_ATTN_EARLY", true);
+  static const bool gsplit_on = env_flag("MARKBASE_CUDA_ATTN_GSPLIT", true);
   AttnArgs p{c, q, qs, step, T, heads, group, window, splits, warps, scale, out, os, scratch, early, 1};
   if (T == 1 && splits > 1 && c.f16 && decode_kernel_fits(c.head_dim, group) &&
       (reinterpret_cast<uintptr_t>(q) & 15) == 0) {  // decode, f16 caches
@@ -608,7 +596,7 @@ int attention(cudaStream_t s, const CacheRef& c, const float* q, int qs, const S
     // split) blocks: their query rows are then split over up to 4 blocks that each read the same
     // keys and values (the second reader finds them in L2), until the grid covers the SMs.
     if (gsplit_on)
-      while (p.gsplit < 4 && group % (2 * p.gsplit) == 0 && c.kv_heads * splits * p.gsplit < g_dec_sms) p.gsplit *= 2;
+      while (p.gsplit < 4 && group % (2 * p.gsplit) == 0 && c.kv_heads * splits * p.gsplit < sm_count()) p.gsplit *= 2;
     enqueue(attention_decode_kernel, dim3(c.kv_heads, splits, p.gsplit), kDecThreads,
             decode_smem_bytes(c.head_dim, group / p.gsplit), s, p);
   } else {

@@ -330,7 +330,6 @@ TcVariant g_variants[] = {
     variant<256, 1>(), variant<256, 2>(), variant<256, 4>(), variant<512, 1>(), variant<512, 2>(), variant<512, 4>(),
 };
 bool g_inited = false;
-int g_sms = 132;
 
 int dmax_for(int d) { return d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : 512; }
 
@@ -356,10 +355,9 @@ bool attention_tc_eligible(const CacheRef& c, int T) {
 }
 
 void attention_tc_init() {
-  int dev = 0, optin = 48 * 1024, sms = 0;
+  int dev = 0, optin = 48 * 1024;
   cudaGetDevice(&dev);
   if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) optin = 48 * 1024;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && sms > 0) g_sms = sms;
   for (TcVariant& v : g_variants) {
     v.ok = v.max_smem <= static_cast<size_t>(optin) &&
            cudaFuncSetAttribute(v.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(v.max_smem)) ==
@@ -385,7 +383,7 @@ int attention_tc(cudaStream_t s, const CacheRef& c, const float* q, int qs, cons
       if (!cand) continue;
       v = cand;  // else the next smaller one: more blocks (or the only one that fits)
       const long blocks = static_cast<long>(MB_BLOCKS(n_rows, 16 * rw)) * c.kv_heads;
-      if (blocks * 4 >= static_cast<long>(g_sms) * 3) break;
+      if (blocks * 4 >= static_cast<long>(sm_count()) * 3) break;
     }
   }
   if (!v) return 0;

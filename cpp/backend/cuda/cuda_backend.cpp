@@ -51,11 +51,7 @@ void check(cudaError_t e, const char* what, const char* file, int line) {
 }
 #define CK(x) check((x), #x, __FILE__, __LINE__)
 
-bool env_flag(const char* name, bool dflt) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return dflt;
-  return !(std::strcmp(v, "0") == 0 || std::strcmp(v, "false") == 0 || std::strcmp(v, "off") == 0);
-}
+using cuda::env_flag;
 
 struct CudaFree {
   void operator()(void* p) const { if (p) cudaFree(p); }

@@ -5,10 +5,33 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include <cuda_runtime.h>
 
 namespace markbase::cuda {
+
+// An on/off switch from the environment (MARKBASE_CUDA_*): unset or empty gives dflt; "0",
+// "false" and "off" turn it off, anything else on.
+inline bool env_flag(const char* name, bool dflt) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return dflt;
+  return !(std::strcmp(v, "0") == 0 || std::strcmp(v, "false") == 0 || std::strcmp(v, "off") == 0);
+}
+
+// The current device's SM count, queried once (132, an H200's, if the query fails): grid sizes
+// that should cover the GPU.
+inline int sm_count() {
+  static const int n = [] {
+    int dev = 0, sms = 0;
+    return cudaGetDevice(&dev) == cudaSuccess &&
+                   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && sms > 0
+               ? sms
+               : 132;
+  }();
+  return n;
+}
 
 // Kernels are enqueued as programmatic dependent launches (common.cuh) when this is on: the
 // backend sets it once, on compute capability 9.0+ devices, unless MARKBASE_CUDA_PDL=0.

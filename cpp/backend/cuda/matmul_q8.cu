@@ -429,7 +429,6 @@ void launch(cudaStream_t s, const Args& p, dim3 grid, bool paired) {
   }
 }
 
-int g_sm_count = 132;
 int g_resident[2] = {4, 2};  // blocks of 64 and of 128 columns per multiprocessor (setup)
 
 // 32-bit weight loads need 4-byte aligned rows (an even number of blocks) and matrices.
@@ -455,7 +454,7 @@ int column_tiles(const MatmulQ8Jobs& jobs, int bn) {
 // fastest on average, at most 5 %).
 double launch_cost(int bn, int split, int tiles, int stages) {
   const int resident = g_resident[bn == 128], warps = bn / 16;
-  long busiest = (static_cast<long>(tiles) * split + g_sm_count - 1) / g_sm_count;
+  long busiest = (static_cast<long>(tiles) * split + sm_count() - 1) / sm_count();
   const double work = (bn == 64 ? 0.9 : 1.0) * bn * ((stages + split - 1) / split + 0.5 + (split > 1 ? 1.5 : 0.0));
   double t = 0;
   for (; busiest > 0; busiest -= resident) {
@@ -507,8 +506,6 @@ Plan choose_plan(const MatmulQ8Jobs& jobs, int M, size_t scratch, int force_bn, 
 void matmul_q8_setup() {
   raise_smem_limit<64>();
   raise_smem_limit<128>();
-  int dev = 0;
-  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&g_sm_count, cudaDevAttrMultiProcessorCount, dev);
   g_resident[0] = resident_blocks<64>();
   g_resident[1] = resident_blocks<128>();
 }
@@ -573,7 +570,7 @@ int matmul_q8(cudaStream_t s, const WeightRef& w, int N, Q8Vec a, int a_stride, 
   p.M = M;
   p.g = *grouped;
   p.split = 1;
-  const bool wide = MB_BLOCKS(N, 128) * grouped->max_tiles >= 4 * g_sm_count;
+  const bool wide = MB_BLOCKS(N, 128) * grouped->max_tiles >= 4 * sm_count();
   if (wide) launch<128>(s, p, dim3(MB_BLOCKS(N, 128), grouped->max_tiles), paired_rows(w));
   else launch<64>(s, p, dim3(MB_BLOCKS(N, 64), grouped->max_tiles), paired_rows(w));
   return 1;

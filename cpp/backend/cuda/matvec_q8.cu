@@ -5,7 +5,6 @@
 // loads before the first use, so that enough bytes are in flight per SM to run at DRAM speed.
 // One launch may serve several weights that read the same vector (q/k/v, gate/up): their rows
 // are concatenated in the grid, each block staying within one weight.
-#include <cstdlib>
 
 #include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/q8.cuh"
@@ -23,10 +22,7 @@ constexpr int kRows = 4;
 constexpr int kTallRows = 4;
 constexpr int kTallN = 65536;
 // MARKBASE_CUDA_TALL_STAGED=0: the LM head through the unit-load kernel (for A/B timing).
-const bool tall_staged_ = [] {
-  const char* e = std::getenv("MARKBASE_CUDA_TALL_STAGED");
-  return !(e && e[0] == '0');
-}();
+const bool tall_staged_ = env_flag("MARKBASE_CUDA_TALL_STAGED", true);
 
 // One row of `n` values per blockIdx.y; 32 consecutive values per warp (one q8 block).
 __global__ void quantize_q8_kernel(const float* a, int as, int n, Q8Vec q, int qs) {

@@ -279,12 +279,13 @@ def test_decode_side_stream_bit_identical(need_cuda, tmp_path, monkeypatch, pres
 
 def test_decode_scheduling_switches_bit_identical(need_cuda, tmp_path):
     """Work moved before a kernel's programmatic wait (the decode attention's first chunk of keys
-    and values, norm_rope_store's norm weights and RoPE angles) and the decode attention's query
-    rows split over several blocks change when work happens, not what is computed: the logits
-    are bit-identical with all three off (MARKBASE_CUDA_ATTN_EARLY=0, MARKBASE_CUDA_ATTN_GSPLIT=0,
-    MARKBASE_CUDA_FINISH_EARLY=0; each is read once per process, hence the subprocesses). Every
-    token goes through the decode graph (prefill chunk 1); on the 26B-A4B shape with a 512-token
-    context both layer kinds take the split query rows (the full layer: 2 KV heads of 8 heads)."""
+    and values, norm_rope_store's norm weights and RoPE angles, the router's per-expert scales)
+    and the decode attention's query rows split over several blocks change when work happens,
+    not what is computed: the logits are bit-identical with all four off (MARKBASE_CUDA_ATTN_EARLY,
+    _ATTN_GSPLIT, _FINISH_EARLY, _ROUTER_SCALE_EARLY = 0; each is read once per process, hence the
+    subprocesses). Every token goes through the decode graph (prefill chunk 1); on the 26B-A4B
+    shape with a 512-token context both layer kinds take the split query rows (the full layer: 2 KV
+    heads of 8 heads)."""
     path, summary, rng = _synthetic(tmp_path, "26b-sched", preset="26b-a4b", layers=3, vocab=4096, qtype="q4_0")
     ids = _ids(summary, 40, rng)
     code = (f"import markbase, numpy as np, hashlib, json\n"
@@ -294,8 +295,8 @@ def test_decode_scheduling_switches_bit_identical(need_cuda, tmp_path):
             "print(json.dumps([hashlib.sha256(l.tobytes()).hexdigest(), t, bool(np.isfinite(l).all())]))")
     import json
     on = json.loads(_run_with_env(code, {}).strip().splitlines()[-1])
-    off = json.loads(_run_with_env(code, {"MARKBASE_CUDA_ATTN_EARLY": "0", "MARKBASE_CUDA_ATTN_GSPLIT": "0",
-                                          "MARKBASE_CUDA_FINISH_EARLY": "0"}).strip().splitlines()[-1])
+    switches = ["ATTN_EARLY", "ATTN_GSPLIT", "FINISH_EARLY", "ROUTER_SCALE_EARLY"]
+    off = json.loads(_run_with_env(code, {f"MARKBASE_CUDA_{n}": "0" for n in switches}).strip().splitlines()[-1])
     path.unlink(missing_ok=True)
     assert on[2] and off[2]
     assert on == off

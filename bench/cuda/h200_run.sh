@@ -2,8 +2,9 @@
 # One device call on the H200: builds MarkBase with the CUDA backend, runs the CUDA tests, and
 # measures MarkBase (and llama.cpp's CUDA llama-bench, built beside it) on synthetic Gemma 4 GGUFs.
 #   STAGES="test kern attn tune bench profile ab llama ncu" BUDGET=560 bash bench/cuda/h200_run.sh
-# KERN_VARIANTS (kern stage, 6-layer file) and AB_ENV (bench stage, full file): env settings to
-# A/B against the default in the same call.
+# KERN_VARIANTS (kern stage, 6-layer file: decode speed), TRACE_VARIANTS (kern stage: per-op
+# critical-path trace) and AB_ENV (bench stage, full file): env settings to A/B against the
+# default in the same call.
 # At most 8 files come back from a device call: the stages test, kern, bench and llama write 8.
 # Carried: .whl (transformers 5.23 for the tiny models), .gpu/llama.cpp-src.tar.gz (trimmed
 # llama.cpp of the llama-cpp-python 0.3.36 sdist). Logs and JSON go to $OUT.
@@ -89,6 +90,12 @@ if has kern; then  # decode per op, timed inside the CUDA graph (6-layer 26B-A4B
     echo "== $f" >> "$OUT/kern_trace.txt"
     MARKBASE_CUDA_TRACE=1 "$BENCH" --model $M/$f.gguf --backend cuda --prompt-tokens 512 --gen-tokens 64 \
       --repeats 1 --json 2>&1 | grep "cuda trace" | grep -v "T=512" >> "$OUT/kern_trace.txt"
+  done
+  # TRACE_VARIANTS="VAR=0 VAR2=0,VAR3=1": the same trace of the MoE file with each setting
+  for v in ${TRACE_VARIANTS:-}; do
+    echo "== g4-26b-6L $v" >> "$OUT/kern_trace.txt"
+    env ${v//,/ } MARKBASE_CUDA_TRACE=1 "$BENCH" --model $M/g4-26b-6L.gguf --backend cuda --prompt-tokens 512 \
+      --gen-tokens 64 --repeats 1 --json 2>&1 | grep "cuda trace" | grep -v "T=512" >> "$OUT/kern_trace.txt"
   done
   cat "$OUT/kern_trace.txt"
 fi

@@ -69,9 +69,12 @@ __device__ void route_row(const float* l, const float* scale, int E, int k, floa
 // reductions (redux.sync: the largest key, then the lowest expert id holding it) instead of a
 // shuffle butterfly of value and id over shared memory. Keys are the probabilities' bits plus one
 // (order-preserving for p >= 0), 0 for taken experts. Each lane j < k keeps choice j, and writes
-// it once at the end.
+// it once at the end. sc (optional): the per-expert scales, held like p (lane l: experts l + 32 i),
+// loaded by the caller before its wait; lane j then takes its expert's scale by shuffles instead
+// of a dependent load after the top-k.
 template <int PER>
-__device__ void route_row_reg(const float* l, const float* scale, int E, int k, float* o) {
+__device__ void route_row_reg(const float* l, const float* scale, int E, int k, float* o,
+                              const float* sc = nullptr) {
   const int lane = threadIdx.x & 31;
   float p[PER];
   float mx = -INFINITY;
@@ -112,6 +115,19 @@ __device__ void route_row_reg(const float* l, const float* scale, int E, int k, 
         if (static_cast<unsigned>(i) == e >> 5) key[i] = 0u;  // taken
     }
   }
+  if (sc) {  // every lane takes part in the shuffles; lane j keeps its expert's scale
+    float mine_sc = 1.0f;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const float v = __shfl_sync(0xffffffffu, sc[i], mine_e & 31);
+      if (i == mine_e >> 5) mine_sc = v;
+    }
+    if (lane < k) {
+      o[2 * lane] = mine / ws * mine_sc;
+      o[2 * lane + 1] = static_cast<float>(mine_e);
+    }
+    return;
+  }
   if (lane < k) {
     o[2 * lane] = mine / ws * (scale ? scale[mine_e] : 1.0f);
     o[2 * lane + 1] = static_cast<float>(mine_e);
@@ -136,7 +152,8 @@ constexpr int kMaxExperts = 1024;
 template <int TYPE>
 __global__ void __launch_bounds__(kRouterThreads) router_kernel(WeightRef w, const float* __restrict__ x,
                                                                 const float* scale, int E, int k, float* logits,
-                                                                float* out, unsigned* counter) {
+                                                                float* out, unsigned* counter,
+                                                                bool scale_early) {
   pdl_trigger();
   __shared__ float p[kMaxExperts];
   __shared__ bool last;
@@ -153,6 +170,16 @@ __global__ void __launch_bounds__(kRouterThreads) router_kernel(WeightRef w, con
     wv[c] = i < w.K ? w4<TYPE>(row, i, w.K) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
   if (w.K > kRouterThreads * 4 * kRouterVec) prefetch_l2(row, w.row_bytes);
+  // The per-expert scales (weights: no kernel writes them) go to the first warp's registers here
+  // too, in every block since any block may be the last: the routing's final step then needs no
+  // load after the top-k.
+  const bool reg_route = E <= 128 && k <= 32;
+  float sc[4];
+  const bool sc_early = scale_early && scale && reg_route && threadIdx.x < 32;
+  if (sc_early) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sc[i] = threadIdx.x + 32 * i < E ? scale[threadIdx.x + 32 * i] : 1.0f;
+  }
   pdl_wait();
   const bool vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
   float acc = 0.0f;
@@ -173,7 +200,7 @@ __global__ void __launch_bounds__(kRouterThreads) router_kernel(WeightRef w, con
   __syncthreads();
   if (!last) return;
   if (threadIdx.x < 32) {
-    if (E <= 128 && k <= 32) route_row_reg<4>(logits, scale, E, k, out);
+    if (reg_route) route_row_reg<4>(logits, scale, E, k, out, sc_early ? sc : nullptr);
     else route_row(logits, scale, E, k, out, p);
   }
   if (threadIdx.x == 0) *counter = 0;
@@ -472,8 +499,11 @@ int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn,
 
 int moe_router(cudaStream_t s, const WeightRef& w, const float* x, const float* scale, int E, int k,
                float* logits, float* out, unsigned* counter) {
+  // A/B switch: MARKBASE_CUDA_ROUTER_SCALE_EARLY=0 reads the chosen experts' scales after the
+  // top-k (the same values: the logits do not change).
+  static const bool scale_early = env_flag("MARKBASE_CUDA_ROUTER_SCALE_EARLY", true);
 #define MB_ROUTER(T)                                                                                      \
-  enqueue(router_kernel<T>, E, kRouterThreads, 0, s, w, x, scale, E, k, logits, out, counter);                \
+  enqueue(router_kernel<T>, E, kRouterThreads, 0, s, w, x, scale, E, k, logits, out, counter, scale_early);   \
   return 1;
   MB_TYPE_DISPATCH(w.type, MB_ROUTER)
 #undef MB_ROUTER

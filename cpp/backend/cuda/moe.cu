@@ -343,10 +343,13 @@ __global__ void __launch_bounds__(kQ8Threads) gate_up_q8_kernel(WeightRef w, int
 
 // grid: H / kDownRows; a block computes kDownRows output rows over all k experts (the units of
 // the k expert rows are concatenated), weighting each expert's part by its route weight, so the
-// weighted sum needs no second pass and no atomics.
+// weighted sum needs no second pass and no atomics. Each thread has FLIGHT units' loads in flight
+// before its first sum: the 26B-A4B shape has 8 x 44 = 352 units a row, which 2 a thread (the
+// first version) took in two dependent DRAM round trips and 3 take in one. The sums keep the
+// order of one unit at a time, whatever FLIGHT is.
 constexpr int kDownRows = 2;  // 4: 1 us a layer slower on the H200
 
-template <int TYPE>
+template <int TYPE, int FLIGHT>
 __global__ void __launch_bounds__(kQ8Threads) down_q8_kernel(WeightRef w, int E, int Ie, int H, int k,
                                                               const float* route, HostIds hid, Q8Vec act,
                                                               float* out) {
@@ -356,31 +359,31 @@ __global__ void __launch_bounds__(kQ8Threads) down_q8_kernel(WeightRef w, int E,
   float acc[kDownRows];
 #pragma unroll
   for (int r = 0; r < kDownRows; ++r) acc[r] = 0.0f;
-  // Units u and u + kQ8Threads in flight together, as in gate_up_q8_kernel.
   const int units = k * upe;
-  for (int u = threadIdx.x; u < units; u += 2 * kQ8Threads) {
-    const int u2 = u + kQ8Threads;
-    const bool two = u2 < units;
-    WUnit wu[2][kDownRows];
-    XUnit xu[2];
-    float wgt[2];
+  for (int u = threadIdx.x; u < units; u += FLIGHT * kQ8Threads) {
+    WUnit wu[FLIGHT][kDownRows];
+    XUnit xu[FLIGHT];
+    float wgt[FLIGHT];
+    bool ok[FLIGHT];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int v = h == 0 || !two ? u : u2;
+    for (int f = 0; f < FLIGHT; ++f) {
+      const int v0 = u + f * kQ8Threads;
+      ok[f] = v0 < units;
+      const int v = ok[f] ? v0 : u;  // past the end: a repeat of unit u (no new traffic), not summed
       const int j = v / upe, uu = v - j * upe;
       const int e = expert_of(route, 0, 0, j, E, hid, k);
-      wgt[h] = route[2 * j];
+      wgt[f] = route[2 * j];
       const mb_u8* base = w.data + static_cast<size_t>(e) * w.expert_bytes;
 #pragma unroll
       for (int r = 0; r < kDownRows; ++r)
-        wu[h][r] = load_w_unit<TYPE>(base + static_cast<size_t>(min(h0 + r, H - 1)) * w.row_bytes, uu);
-      xu[h] = load_x_unit<TYPE>(act.q + static_cast<size_t>(j) * Ie, act.d + static_cast<size_t>(j) * (Ie / 32), uu);
+        wu[f][r] = load_w_unit<TYPE>(base + static_cast<size_t>(min(h0 + r, H - 1)) * w.row_bytes, uu);
+      xu[f] = load_x_unit<TYPE>(act.q + static_cast<size_t>(j) * Ie, act.d + static_cast<size_t>(j) * (Ie / 32), uu);
     }
 #pragma unroll
-    for (int r = 0; r < kDownRows; ++r) acc[r] += wgt[0] * unit_dot<TYPE>(wu[0][r], xu[0]);
-    if (two) {
+    for (int f = 0; f < FLIGHT; ++f) {
+      if (!ok[f]) break;
 #pragma unroll
-      for (int r = 0; r < kDownRows; ++r) acc[r] += wgt[1] * unit_dot<TYPE>(wu[1][r], xu[1]);
+      for (int r = 0; r < kDownRows; ++r) acc[r] += wgt[f] * unit_dot<TYPE>(wu[f][r], xu[f]);
     }
   }
   __shared__ float part[kQ8Threads / 32][kDownRows];
@@ -466,15 +469,28 @@ int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn,
   if (x_q8.q) {  // the backend checked: one row, gu.type == dn.type, has_q8_dot, Ie % 32 == 0
     const dim3 gu_grid(MB_BLOCKS(Ie, kPairs), k);
     const unsigned dn_blocks = MB_BLOCKS(H, kDownRows);
-    if (gu.type == MB_Q4_0) {
-      enqueue(gate_up_q8_kernel<MB_Q4_0>, gu_grid, kQ8Threads, 0, s, gu, E, Ie, k, x_q8, route, hid, act);
+    // Units a thread of the down kernel has in flight: the fewest that cover the k expert rows in
+    // one round (at most 4). On the 26B-A4B shape (352 units a row) 3 ran the kernel in 7.4 us on
+    // the critical path, 2 in 8.5 and 4 in 8.4 (119 registers: fewer blocks an SM). A/B switch:
+    // MARKBASE_CUDA_DOWN_FLIGHT=2, 3 or 4 forces it (the same sums in the same order).
+    static const int forced = [] {
+      const char* v = std::getenv("MARKBASE_CUDA_DOWN_FLIGHT");
+      return v && v[0] >= '2' && v[0] <= '4' && !v[1] ? v[0] - '0' : 0;
+    }();
+    const int need = (k * (Ie / 16) + kQ8Threads - 1) / kQ8Threads;
+    const int flight = forced ? forced : std::min(4, std::max(2, need));
+    auto launch = [&](auto gate_up, auto down2, auto down3, auto down4) {
+      enqueue(gate_up, gu_grid, kQ8Threads, 0, s, gu, E, Ie, k, x_q8, route, hid, act);
       quantize_q8(s, act, 0, k * Ie, 1, act_q8, 0);
-      enqueue(down_q8_kernel<MB_Q4_0>, dn_blocks, kQ8Threads, 0, s, dn, E, Ie, H, k, route, hid, act_q8, out);
-    } else {
-      enqueue(gate_up_q8_kernel<MB_Q8_0>, gu_grid, kQ8Threads, 0, s, gu, E, Ie, k, x_q8, route, hid, act);
-      quantize_q8(s, act, 0, k * Ie, 1, act_q8, 0);
-      enqueue(down_q8_kernel<MB_Q8_0>, dn_blocks, kQ8Threads, 0, s, dn, E, Ie, H, k, route, hid, act_q8, out);
-    }
+      enqueue(flight == 2 ? down2 : flight == 3 ? down3 : down4, dn_blocks, kQ8Threads, 0, s, dn, E, Ie, H, k, route,
+              hid, act_q8, out);
+    };
+    if (gu.type == MB_Q4_0)
+      launch(gate_up_q8_kernel<MB_Q4_0>, down_q8_kernel<MB_Q4_0, 2>, down_q8_kernel<MB_Q4_0, 3>,
+             down_q8_kernel<MB_Q4_0, 4>);
+    else
+      launch(gate_up_q8_kernel<MB_Q8_0>, down_q8_kernel<MB_Q8_0, 2>, down_q8_kernel<MB_Q8_0, 3>,
+             down_q8_kernel<MB_Q8_0, 4>);
     return 3;
   }
   const dim3 block(kWarps * 32);

@@ -284,13 +284,16 @@ __global__ void __launch_bounds__(kWarps * 32) down_kernel(WeightRef w, int E, i
 
 // Default mode, one token, on the quantized x (q8.cuh). grid: (Ie / kPairs, k); a block of 128
 // threads computes kPairs gate rows and the matching up rows of expert slot j, all threads
-// striding over the units of the rows, each x unit loaded once for the 2 kPairs rows.
+// striding over the units of the rows, each x unit loaded once for the 2 kPairs rows. THREADS:
+// the fewest warps whose two units a thread cover a row (3 for the 26B-A4B's 176 units): idle
+// threads would only take the registers that let more blocks share an SM, and the launch's
+// 2816 blocks already take several waves.
 constexpr int kQ8Threads = 128;
 constexpr int kPairs = 2;  // 4 ran the 26B-A4B experts 2 us a layer slower on the H200
 
-template <int TYPE>
-__global__ void __launch_bounds__(kQ8Threads) gate_up_q8_kernel(WeightRef w, int E, int Ie, int k, Q8Vec x,
-                                                                 const float* route, HostIds hid, float* act) {
+template <int TYPE, int THREADS>
+__global__ void __launch_bounds__(THREADS) gate_up_q8_kernel(WeightRef w, int E, int Ie, int k, Q8Vec x,
+                                                              const float* route, HostIds hid, float* act) {
   pdl_entry();
   constexpr int R = 2 * kPairs;
   const int r0 = blockIdx.x * kPairs, j = blockIdx.y;
@@ -310,8 +313,8 @@ __global__ void __launch_bounds__(kQ8Threads) gate_up_q8_kernel(WeightRef w, int
   // only be asked for once the route is known, so every load is on the critical path. The sums
   // keep the order of one unit at a time.
   const int units = w.K / 16;
-  for (int u = threadIdx.x; u < units; u += 2 * kQ8Threads) {
-    const int u2 = u + kQ8Threads;
+  for (int u = threadIdx.x; u < units; u += 2 * THREADS) {
+    const int u2 = u + THREADS;
     const bool two = u2 < units;
     WUnit wa[R], wb[R];
 #pragma unroll
@@ -328,12 +331,12 @@ __global__ void __launch_bounds__(kQ8Threads) gate_up_q8_kernel(WeightRef w, int
       for (int r = 0; r < R; ++r) acc[r] += unit_dot<TYPE>(wb[r], xb);
     }
   }
-  __shared__ float part[kQ8Threads / 32][R];
+  __shared__ float part[THREADS / 32][R];
   warp_partials(acc, part);
   if (threadIdx.x < kPairs && r0 + static_cast<int>(threadIdx.x) < Ie) {
     float g = 0.0f, u = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kQ8Threads / 32; ++i) {
+    for (int i = 0; i < THREADS / 32; ++i) {
       g += part[i][2 * threadIdx.x];
       u += part[i][2 * threadIdx.x + 1];
     }
@@ -479,18 +482,26 @@ int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn,
     }();
     const int need = (k * (Ie / 16) + kQ8Threads - 1) / kQ8Threads;
     const int flight = forced ? forced : std::min(4, std::max(2, need));
-    auto launch = [&](auto gate_up, auto down2, auto down3, auto down4) {
-      enqueue(gate_up, gu_grid, kQ8Threads, 0, s, gu, E, Ie, k, x_q8, route, hid, act);
+    // Warps of the gate/up kernel (above); MARKBASE_CUDA_GATE_UP_WARPS=1-4 forces it.
+    static const int gu_forced = [] {
+      const char* v = std::getenv("MARKBASE_CUDA_GATE_UP_WARPS");
+      return v && v[0] >= '1' && v[0] <= '4' && !v[1] ? v[0] - '0' : 0;
+    }();
+    const int gu_warps = gu_forced ? gu_forced : std::min(4, std::max(1, (gu.K / 16 + 63) / 64));
+    auto launch = [&](auto gate_up1, auto gate_up2, auto gate_up3, auto gate_up4, auto down2, auto down3,
+                      auto down4) {
+      const auto gate_up = gu_warps == 1 ? gate_up1 : gu_warps == 2 ? gate_up2 : gu_warps == 3 ? gate_up3 : gate_up4;
+      enqueue(gate_up, gu_grid, 32 * gu_warps, 0, s, gu, E, Ie, k, x_q8, route, hid, act);
       quantize_q8(s, act, 0, k * Ie, 1, act_q8, 0);
       enqueue(flight == 2 ? down2 : flight == 3 ? down3 : down4, dn_blocks, kQ8Threads, 0, s, dn, E, Ie, H, k, route,
               hid, act_q8, out);
     };
-    if (gu.type == MB_Q4_0)
-      launch(gate_up_q8_kernel<MB_Q4_0>, down_q8_kernel<MB_Q4_0, 2>, down_q8_kernel<MB_Q4_0, 3>,
-             down_q8_kernel<MB_Q4_0, 4>);
-    else
-      launch(gate_up_q8_kernel<MB_Q8_0>, down_q8_kernel<MB_Q8_0, 2>, down_q8_kernel<MB_Q8_0, 3>,
-             down_q8_kernel<MB_Q8_0, 4>);
+#define MB_MOE_Q8(T)                                                                                           \
+  launch(gate_up_q8_kernel<T, 32>, gate_up_q8_kernel<T, 64>, gate_up_q8_kernel<T, 96>, gate_up_q8_kernel<T, 128>, \
+         down_q8_kernel<T, 2>, down_q8_kernel<T, 3>, down_q8_kernel<T, 4>)
+    if (gu.type == MB_Q4_0) MB_MOE_Q8(MB_Q4_0);
+    else MB_MOE_Q8(MB_Q8_0);
+#undef MB_MOE_Q8
     return 3;
   }
   const dim3 block(kWarps * 32);

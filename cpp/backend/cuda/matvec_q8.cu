@@ -1,6 +1,6 @@
 // Decode matrix-vector products on 8-bit activations (q8.cuh), and the quantization of a vector.
 //
-// Layout: a block of 4 warps computes R rows; its 128 threads stride over the rows' units (half
+// Layout: a block of 2-4 warps computes R rows; its threads stride over the rows' units (half
 // weight blocks), each thread loading the activation unit once for all R rows and two units'
 // loads before the first use, so that enough bytes are in flight per SM to run at DRAM speed.
 // One launch may serve several weights that read the same vector (q/k/v, gate/up): their rows
@@ -33,8 +33,8 @@ __global__ void quantize_q8_kernel(const float* a, int as, int n, Q8Vec q, int q
   q8_store_warp(v, j, j < n, qr);
 }
 
-template <int TYPE, int R>
-__global__ void __launch_bounds__(kThreads) matvec_q8_kernel(MatvecJobs jobs, Q8Vec x, int K) {
+template <int TYPE, int R, int THREADS>
+__global__ void __launch_bounds__(THREADS) matvec_q8_kernel(MatvecJobs jobs, Q8Vec x, int K) {
   pdl_trigger();
   const int first = blockIdx.x * R;
   WeightRef w;
@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kThreads) matvec_q8_kernel(MatvecJobs jobs, Q8
   // they stream in while the kernel before this one finishes. Longer rows go to L2 meanwhile.
   WUnit wa[R], wb[R];
   auto load_step = [&](int u) {
-    const int u2 = u + kThreads < units ? u + kThreads : u;
+    const int u2 = u + THREADS < units ? u + THREADS : u;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       wa[r] = load_w_unit<TYPE>(rows[r], u);
@@ -65,28 +65,28 @@ __global__ void __launch_bounds__(kThreads) matvec_q8_kernel(MatvecJobs jobs, Q8
   };
   int u = threadIdx.x;
   if (u < units) load_step(u);
-  if (units > 2 * kThreads)
+  if (units > 2 * THREADS)
 #pragma unroll
     for (int r = 0; r < R; ++r) prefetch_l2(rows[r], w.row_bytes);
   pdl_wait();
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-  for (; u < units; u += 2 * kThreads) {
-    const int u2 = u + kThreads;
+  for (; u < units; u += 2 * THREADS) {
+    const int u2 = u + THREADS;
     const bool two = u2 < units;
     const XUnit xa = load_x_unit<TYPE>(x.q, x.d, u);
     const XUnit xb = load_x_unit<TYPE>(x.q, x.d, two ? u2 : u);
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] += unit_dot<TYPE>(wa[r], xa) + (two ? unit_dot<TYPE>(wb[r], xb) : 0.0f);
-    if (u + 2 * kThreads < units) load_step(u + 2 * kThreads);
+    if (u + 2 * THREADS < units) load_step(u + 2 * THREADS);
   }
-  __shared__ float part[kThreads / 32][R];
+  __shared__ float part[THREADS / 32][R];
   warp_partials(acc, part);
   if (threadIdx.x < R && n0 + static_cast<int>(threadIdx.x) < n) {
     float s = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kThreads / 32; ++i) s += part[i][threadIdx.x];
+    for (int i = 0; i < THREADS / 32; ++i) s += part[i][threadIdx.x];
     out[n0 + threadIdx.x] = s;
   }
 }
@@ -157,9 +157,26 @@ int launch_rows(cudaStream_t s, MatvecJobs jobs, Q8Vec x, int K) {
   }
   jobs.row0[jobs.count] = rows;
   const unsigned blocks = rows / R;
+  // Warps a block: the fewest whose two units a thread cover a row in one round (2 to 4). Threads
+  // with one unit or none only take the registers that let more blocks share an SM: on the
+  // 26B-A4B shape (K = 2816: 176 units) 3 warps fit 12 blocks an SM where 4 fit 9.
+  // MARKBASE_CUDA_MATVEC_WARPS=2, 3 or 4 forces it.
+  static const int forced = [] {
+    const char* v = std::getenv("MARKBASE_CUDA_MATVEC_WARPS");
+    return v && v[0] >= '2' && v[0] <= '4' && !v[1] ? v[0] - '0' : 0;
+  }();
+  const int warps = forced ? forced : std::min(4, std::max(2, (K / 16 + 63) / 64));
+  auto launch = [&](auto k2, auto k3, auto k4) {
+    enqueue(warps == 2 ? k2 : warps == 3 ? k3 : k4, blocks, 32 * warps, 0, s, jobs, x, K);
+    return 1;
+  };
   switch (jobs.w[0].type) {
-    case MB_Q4_0: enqueue(matvec_q8_kernel<MB_Q4_0, R>, blocks, kThreads, 0, s, jobs, x, K); return 1;
-    case MB_Q8_0: enqueue(matvec_q8_kernel<MB_Q8_0, R>, blocks, kThreads, 0, s, jobs, x, K); return 1;
+    case MB_Q4_0:
+      return launch(matvec_q8_kernel<MB_Q4_0, R, 64>, matvec_q8_kernel<MB_Q4_0, R, 96>,
+                    matvec_q8_kernel<MB_Q4_0, R, 128>);
+    case MB_Q8_0:
+      return launch(matvec_q8_kernel<MB_Q8_0, R, 64>, matvec_q8_kernel<MB_Q8_0, R, 96>,
+                    matvec_q8_kernel<MB_Q8_0, R, 128>);
   }
   return 0;  // the backend checks has_q8_dot() first
 }

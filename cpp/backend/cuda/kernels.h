@@ -20,6 +20,15 @@ inline bool env_flag(const char* name, bool dflt) {
   return !(std::strcmp(v, "0") == 0 || std::strcmp(v, "false") == 0 || std::strcmp(v, "off") == 0);
 }
 
+// A one-digit setting from the environment (MARKBASE_CUDA_*) in [lo, hi], or 0 when it is unset or
+// anything else (the caller's own choice then applies).
+inline int env_digit(const char* name, int lo, int hi) {
+  const char* v = std::getenv(name);
+  if (!v || v[0] < '0' || v[0] > '9' || v[1]) return 0;
+  const int d = v[0] - '0';
+  return d >= lo && d <= hi ? d : 0;
+}
+
 // The current device's SM count, queried once (132, an H200's, if the query fails): grid sizes
 // that should cover the GPU.
 inline int sm_count() {

@@ -157,15 +157,12 @@ int launch_rows(cudaStream_t s, MatvecJobs jobs, Q8Vec x, int K) {
   }
   jobs.row0[jobs.count] = rows;
   const unsigned blocks = rows / R;
-  // Warps a block: the fewest whose two units a thread cover a row in one round (2 to 4). Threads
-  // with one unit or none only take the registers that let more blocks share an SM: on the
-  // 26B-A4B shape (K = 2816: 176 units) 3 warps fit 12 blocks an SM where 4 fit 9.
-  // MARKBASE_CUDA_MATVEC_WARPS=2, 3 or 4 forces it.
-  static const int forced = [] {
-    const char* v = std::getenv("MARKBASE_CUDA_MATVEC_WARPS");
-    return v && v[0] >= '2' && v[0] <= '4' && !v[1] ? v[0] - '0' : 0;
-  }();
-  const int warps = forced ? forced : std::min(4, std::max(2, (K / 16 + 63) / 64));
+  // Warps a block (q8_row_warps, 2 to 4): on the 26B-A4B shape (K = 2816: 176 units) 3 warps fit
+  // 9 blocks an SM where 4 fit 7 (72 registers a thread), and q/k/v took 5.0 us on the critical
+  // path against 6.3 (bench/RESULTS.md, thirteenth session). MARKBASE_CUDA_MATVEC_WARPS=2, 3 or 4
+  // forces it.
+  static const int forced = env_digit("MARKBASE_CUDA_MATVEC_WARPS", 2, 4);
+  const int warps = forced ? forced : q8_row_warps(K, 2);
   auto launch = [&](auto k2, auto k3, auto k4) {
     enqueue(warps == 2 ? k2 : warps == 3 ? k3 : k4, blocks, 32 * warps, 0, s, jobs, x, K);
     return 1;

@@ -285,9 +285,8 @@ __global__ void __launch_bounds__(kWarps * 32) down_kernel(WeightRef w, int E, i
 // Default mode, one token, on the quantized x (q8.cuh). grid: (Ie / kPairs, k); a block of 128
 // threads computes kPairs gate rows and the matching up rows of expert slot j, all threads
 // striding over the units of the rows, each x unit loaded once for the 2 kPairs rows. THREADS:
-// the fewest warps whose two units a thread cover a row (3 for the 26B-A4B's 176 units): idle
-// threads would only take the registers that let more blocks share an SM, and the launch's
-// 2816 blocks already take several waves.
+// q8_row_warps' count (3 warps for the 26B-A4B's 176 units: 12 blocks an SM where 4 warps fit 9,
+// for a launch of 2816 blocks; 8.6 us on the critical path against 10.1).
 constexpr int kQ8Threads = 128;
 constexpr int kPairs = 2;  // 4 ran the 26B-A4B experts 2 us a layer slower on the H200
 
@@ -476,18 +475,12 @@ int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn,
     // one round (at most 4). On the 26B-A4B shape (352 units a row) 3 ran the kernel in 7.4 us on
     // the critical path, 2 in 8.5 and 4 in 8.4 (119 registers: fewer blocks an SM). A/B switch:
     // MARKBASE_CUDA_DOWN_FLIGHT=2, 3 or 4 forces it (the same sums in the same order).
-    static const int forced = [] {
-      const char* v = std::getenv("MARKBASE_CUDA_DOWN_FLIGHT");
-      return v && v[0] >= '2' && v[0] <= '4' && !v[1] ? v[0] - '0' : 0;
-    }();
+    static const int forced = env_digit("MARKBASE_CUDA_DOWN_FLIGHT", 2, 4);
     const int need = (k * (Ie / 16) + kQ8Threads - 1) / kQ8Threads;
     const int flight = forced ? forced : std::min(4, std::max(2, need));
     // Warps of the gate/up kernel (above); MARKBASE_CUDA_GATE_UP_WARPS=1-4 forces it.
-    static const int gu_forced = [] {
-      const char* v = std::getenv("MARKBASE_CUDA_GATE_UP_WARPS");
-      return v && v[0] >= '1' && v[0] <= '4' && !v[1] ? v[0] - '0' : 0;
-    }();
-    const int gu_warps = gu_forced ? gu_forced : std::min(4, std::max(1, (gu.K / 16 + 63) / 64));
+    static const int gu_forced = env_digit("MARKBASE_CUDA_GATE_UP_WARPS", 1, 4);
+    const int gu_warps = gu_forced ? gu_forced : q8_row_warps(gu.K, 1);
     auto launch = [&](auto gate_up1, auto gate_up2, auto gate_up3, auto gate_up4, auto down2, auto down3,
                       auto down4) {
       const auto gate_up = gu_warps == 1 ? gate_up1 : gu_warps == 2 ? gate_up2 : gu_warps == 3 ? gate_up3 : gate_up4;

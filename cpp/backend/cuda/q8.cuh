@@ -11,9 +11,16 @@
 // (metal/dequant.h decodes the same bytes to floats); rows and blocks are 2-byte aligned, so the
 // codes are read as 16-bit words.
 #pragma once
+#include <algorithm>
+
 #include "backend/cuda/common.cuh"
 
 namespace markbase::cuda {
+
+// Warps a block needs for its threads, two units each, to cover a row of K weights in one round of
+// loads, within [lo, 4]. Fewer threads than 4 warps when that suffices: a thread with one unit or
+// none takes registers that would let more blocks share an SM (matvec_q8.cu, moe.cu).
+inline int q8_row_warps(int K, int lo) { return std::min(4, std::max(lo, (K / 16 + 63) / 64)); }
 
 // Quantizes v into block j / 32 (the 32 lanes of the calling warp hold values j0 .. j0 + 31 of
 // one block, j0 % 32 == 0, lane order); every lane must call, with v = 0 past the end. Lanes

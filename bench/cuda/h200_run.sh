@@ -7,7 +7,8 @@
 # default in the same call.
 # At most 8 files come back from a device call: the stages test, kern, bench and llama write 8.
 # Carried: .whl (transformers 5.23 for the tiny models), .gpu/llama.cpp-src.tar.gz (trimmed
-# llama.cpp of the llama-cpp-python 0.3.36 sdist). Logs and JSON go to $OUT.
+# llama.cpp of the llama-cpp-python 0.3.36 sdist): `bash bench/cuda/make_carry.sh` makes both. Logs and
+# JSON go to $OUT.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 STAGES=${STAGES:-"test bench llama"}

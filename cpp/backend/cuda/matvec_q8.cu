@@ -163,17 +163,13 @@ int launch_rows(cudaStream_t s, MatvecJobs jobs, Q8Vec x, int K) {
   // forces it.
   static const int forced = env_digit("MARKBASE_CUDA_MATVEC_WARPS", 2, 4);
   const int warps = forced ? forced : q8_row_warps(K, 2);
-  auto launch = [&](auto k2, auto k3, auto k4) {
-    enqueue(warps == 2 ? k2 : warps == 3 ? k3 : k4, blocks, 32 * warps, 0, s, jobs, x, K);
-    return 1;
-  };
+  constexpr decltype(&matvec_q8_kernel<MB_Q4_0, R, 64>) q4_0[] = {
+      matvec_q8_kernel<MB_Q4_0, R, 64>, matvec_q8_kernel<MB_Q4_0, R, 96>, matvec_q8_kernel<MB_Q4_0, R, 128>};
+  constexpr decltype(&matvec_q8_kernel<MB_Q8_0, R, 64>) q8_0[] = {
+      matvec_q8_kernel<MB_Q8_0, R, 64>, matvec_q8_kernel<MB_Q8_0, R, 96>, matvec_q8_kernel<MB_Q8_0, R, 128>};
   switch (jobs.w[0].type) {
-    case MB_Q4_0:
-      return launch(matvec_q8_kernel<MB_Q4_0, R, 64>, matvec_q8_kernel<MB_Q4_0, R, 96>,
-                    matvec_q8_kernel<MB_Q4_0, R, 128>);
-    case MB_Q8_0:
-      return launch(matvec_q8_kernel<MB_Q8_0, R, 64>, matvec_q8_kernel<MB_Q8_0, R, 96>,
-                    matvec_q8_kernel<MB_Q8_0, R, 128>);
+    case MB_Q4_0: enqueue(q4_0[warps - 2], blocks, 32 * warps, 0, s, jobs, x, K); return 1;
+    case MB_Q8_0: enqueue(q8_0[warps - 2], blocks, 32 * warps, 0, s, jobs, x, K); return 1;
   }
   return 0;  // the backend checks has_q8_dot() first
 }

@@ -115,21 +115,18 @@ __device__ void route_row_reg(const float* l, const float* scale, int E, int k, 
         if (static_cast<unsigned>(i) == e >> 5) key[i] = 0u;  // taken
     }
   }
+  float mine_sc = 1.0f;
   if (sc) {  // every lane takes part in the shuffles; lane j keeps its expert's scale
-    float mine_sc = 1.0f;
 #pragma unroll
     for (int i = 0; i < PER; ++i) {
       const float v = __shfl_sync(0xffffffffu, sc[i], mine_e & 31);
       if (i == mine_e >> 5) mine_sc = v;
     }
-    if (lane < k) {
-      o[2 * lane] = mine / ws * mine_sc;
-      o[2 * lane + 1] = static_cast<float>(mine_e);
-    }
-    return;
+  } else if (scale && lane < k) {
+    mine_sc = scale[mine_e];
   }
   if (lane < k) {
-    o[2 * lane] = mine / ws * (scale ? scale[mine_e] : 1.0f);
+    o[2 * lane] = mine / ws * mine_sc;
     o[2 * lane + 1] = static_cast<float>(mine_e);
   }
 }
@@ -282,7 +279,7 @@ __global__ void __launch_bounds__(kWarps * 32) down_kernel(WeightRef w, int E, i
   if ((threadIdx.x & 31) == 0) out[static_cast<size_t>(t) * os + h] = acc;
 }
 
-// Default mode, one token, on the quantized x (q8.cuh). grid: (Ie / kPairs, k); a block of 128
+// Default mode, one token, on the quantized x (q8.cuh). grid: (Ie / kPairs, k); a block of THREADS
 // threads computes kPairs gate rows and the matching up rows of expert slot j, all threads
 // striding over the units of the rows, each x unit loaded once for the 2 kPairs rows. THREADS:
 // q8_row_warps' count (3 warps for the 26B-A4B's 176 units: 12 blocks an SM where 4 warps fit 9,
@@ -452,6 +449,23 @@ __global__ void combine_kernel(const float* route, int rs, const float* y, int H
   out[static_cast<size_t>(t) * os + h] = acc;
 }
 
+// Decode experts on the quantized x: gate/up with gu_warps warps a block (1-4), the quantization
+// of their output, and down with `flight` units a thread in flight (2-4).
+template <int TYPE>
+void experts_q8(cudaStream_t s, int gu_warps, int flight, const WeightRef& gu, const WeightRef& dn, int E, int Ie,
+                int H, int k, Q8Vec x_q8, const float* route, const HostIds& hid, float* act, Q8Vec act_q8,
+                float* out) {
+  constexpr decltype(&gate_up_q8_kernel<TYPE, 32>) gate_up[] = {
+      gate_up_q8_kernel<TYPE, 32>, gate_up_q8_kernel<TYPE, 64>, gate_up_q8_kernel<TYPE, 96>,
+      gate_up_q8_kernel<TYPE, 128>};
+  constexpr decltype(&down_q8_kernel<TYPE, 2>) down[] = {down_q8_kernel<TYPE, 2>, down_q8_kernel<TYPE, 3>,
+                                                         down_q8_kernel<TYPE, 4>};
+  enqueue(gate_up[gu_warps - 1], dim3(MB_BLOCKS(Ie, kPairs), k), 32 * gu_warps, 0, s, gu, E, Ie, k, x_q8, route, hid,
+          act);
+  quantize_q8(s, act, 0, k * Ie, 1, act_q8, 0);
+  enqueue(down[flight - 2], MB_BLOCKS(H, kDownRows), kQ8Threads, 0, s, dn, E, Ie, H, k, route, hid, act_q8, out);
+}
+
 }  // namespace
 
 int moe_route(cudaStream_t s, const float* logits, int ls, const float* scale, int E, int k, int rows, float* out,
@@ -469,8 +483,6 @@ int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn,
     std::copy(host_ids, host_ids + hid.n, hid.ids);
   }
   if (x_q8.q) {  // the backend checked: one row, gu.type == dn.type, has_q8_dot, Ie % 32 == 0
-    const dim3 gu_grid(MB_BLOCKS(Ie, kPairs), k);
-    const unsigned dn_blocks = MB_BLOCKS(H, kDownRows);
     // Units a thread of the down kernel has in flight: the fewest that cover the k expert rows in
     // one round (at most 4). On the 26B-A4B shape (352 units a row) 3 ran the kernel in 7.4 us on
     // the critical path, 2 in 8.5 and 4 in 8.4 (119 registers: fewer blocks an SM). A/B switch:
@@ -481,20 +493,10 @@ int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn,
     // Warps of the gate/up kernel (above); MARKBASE_CUDA_GATE_UP_WARPS=1-4 forces it.
     static const int gu_forced = env_digit("MARKBASE_CUDA_GATE_UP_WARPS", 1, 4);
     const int gu_warps = gu_forced ? gu_forced : q8_row_warps(gu.K, 1);
-    auto launch = [&](auto gate_up1, auto gate_up2, auto gate_up3, auto gate_up4, auto down2, auto down3,
-                      auto down4) {
-      const auto gate_up = gu_warps == 1 ? gate_up1 : gu_warps == 2 ? gate_up2 : gu_warps == 3 ? gate_up3 : gate_up4;
-      enqueue(gate_up, gu_grid, 32 * gu_warps, 0, s, gu, E, Ie, k, x_q8, route, hid, act);
-      quantize_q8(s, act, 0, k * Ie, 1, act_q8, 0);
-      enqueue(flight == 2 ? down2 : flight == 3 ? down3 : down4, dn_blocks, kQ8Threads, 0, s, dn, E, Ie, H, k, route,
-              hid, act_q8, out);
-    };
-#define MB_MOE_Q8(T)                                                                                           \
-  launch(gate_up_q8_kernel<T, 32>, gate_up_q8_kernel<T, 64>, gate_up_q8_kernel<T, 96>, gate_up_q8_kernel<T, 128>, \
-         down_q8_kernel<T, 2>, down_q8_kernel<T, 3>, down_q8_kernel<T, 4>)
-    if (gu.type == MB_Q4_0) MB_MOE_Q8(MB_Q4_0);
-    else MB_MOE_Q8(MB_Q8_0);
-#undef MB_MOE_Q8
+    if (gu.type == MB_Q4_0)
+      experts_q8<MB_Q4_0>(s, gu_warps, flight, gu, dn, E, Ie, H, k, x_q8, route, hid, act, act_q8, out);
+    else
+      experts_q8<MB_Q8_0>(s, gu_warps, flight, gu, dn, E, Ie, H, k, x_q8, route, hid, act, act_q8, out);
     return 3;
   }
   const dim3 block(kWarps * 32);

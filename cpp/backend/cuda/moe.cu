@@ -287,14 +287,32 @@ __global__ void __launch_bounds__(kWarps * 32) down_kernel(WeightRef w, int E, i
 constexpr int kQ8Threads = 128;
 constexpr int kPairs = 2;  // 4 ran the 26B-A4B experts 2 us a layer slower on the H200
 
+//
+// dn_prefetch (1: after the block's loads, 2: before them, 0: off): the block also asks for its
+// share (1 / gridDim.x) of expert e's down matrix in L2. The down kernel can only ask for its rows
+// once the route is known, like this one, and then waits a DRAM round trip; asked for here, they
+// arrive while this kernel's later blocks run, and the down kernel reads them from L2.
 template <int TYPE, int THREADS>
 __global__ void __launch_bounds__(THREADS) gate_up_q8_kernel(WeightRef w, int E, int Ie, int k, Q8Vec x,
-                                                              const float* route, HostIds hid, float* act) {
-  pdl_entry();
+                                                              const float* route, HostIds hid, float* act,
+                                                              const mb_u8* dn_data, size_t dn_expert_bytes,
+                                                              int dn_prefetch, bool trigger_late) {
+  if (trigger_late) {  // see down_q8_kernel's `early`
+    pdl_wait();
+    pdl_trigger();
+  } else {
+    pdl_entry();
+  }
   constexpr int R = 2 * kPairs;
   const int r0 = blockIdx.x * kPairs, j = blockIdx.y;
   const int e = expert_of(route, 0, 0, j, E, hid, k);
   const mb_u8* base = w.data + static_cast<size_t>(e) * w.expert_bytes;
+  auto prefetch_down = [&] {
+    const size_t share = (dn_expert_bytes + gridDim.x - 1) / gridDim.x, off = blockIdx.x * share;
+    if (off < dn_expert_bytes)
+      prefetch_l2(dn_data + static_cast<size_t>(e) * dn_expert_bytes + off, min(share, dn_expert_bytes - off));
+  };
+  if (dn_prefetch == 2) prefetch_down();
   const mb_u8* rows[R];
 #pragma unroll
   for (int p = 0; p < kPairs; ++p) {
@@ -327,6 +345,7 @@ __global__ void __launch_bounds__(THREADS) gate_up_q8_kernel(WeightRef w, int E,
       for (int r = 0; r < R; ++r) acc[r] += unit_dot<TYPE>(wb[r], xb);
     }
   }
+  if (dn_prefetch == 1) prefetch_down();
   __shared__ float part[THREADS / 32][R];
   warp_partials(acc, part);
   if (threadIdx.x < kPairs && r0 + static_cast<int>(threadIdx.x) < Ie) {
@@ -346,13 +365,21 @@ __global__ void __launch_bounds__(THREADS) gate_up_q8_kernel(WeightRef w, int E,
 // before its first sum: the 26B-A4B shape has 8 x 44 = 352 units a row, which 2 a thread (the
 // first version) took in two dependent DRAM round trips and 3 take in one. The sums keep the
 // order of one unit at a time, whatever FLIGHT is.
+//
+// early: the route and the first round of weights are read before the PDL wait, as the dense
+// products read theirs. That is safe only because the gate/up kernel then triggers its dependents
+// after its own wait (trigger_late): this kernel is launched after the quantization kernel, which
+// is launched once every gate/up block has passed its wait, i.e. once the router has finished.
+// The route is read through L2 (__ldcg), never from a stale L1 line of the previous layer's.
 constexpr int kDownRows = 2;  // 4: 1 us a layer slower on the H200
 
 template <int TYPE, int FLIGHT>
 __global__ void __launch_bounds__(kQ8Threads) down_q8_kernel(WeightRef w, int E, int Ie, int H, int k,
                                                               const float* route, HostIds hid, Q8Vec act,
-                                                              float* out) {
-  pdl_entry();
+                                                              float* out, bool early) {
+  pdl_trigger();
+  bool waited = !early;  // each thread passes the wait once (pdl_wait stamps the trace)
+  if (waited) pdl_wait();
   const int h0 = blockIdx.x * kDownRows;
   const int upe = Ie / 16;  // units per expert row
   float acc[kDownRows];
@@ -370,12 +397,21 @@ __global__ void __launch_bounds__(kQ8Threads) down_q8_kernel(WeightRef w, int E,
       ok[f] = v0 < units;
       const int v = ok[f] ? v0 : u;  // past the end: a repeat of unit u (no new traffic), not summed
       const int j = v / upe, uu = v - j * upe;
-      const int e = expert_of(route, 0, 0, j, E, hid, k);
-      wgt[f] = route[2 * j];
+      const int e = hid.n ? min(max(hid.ids[j], 0), E - 1) : min(max(static_cast<int>(__ldcg(route + 2 * j + 1)), 0), E - 1);
+      wgt[f] = __ldcg(route + 2 * j);
       const mb_u8* base = w.data + static_cast<size_t>(e) * w.expert_bytes;
 #pragma unroll
       for (int r = 0; r < kDownRows; ++r)
         wu[f][r] = load_w_unit<TYPE>(base + static_cast<size_t>(min(h0 + r, H - 1)) * w.row_bytes, uu);
+    }
+    if (!waited) {
+      pdl_wait();
+      waited = true;
+    }
+#pragma unroll
+    for (int f = 0; f < FLIGHT; ++f) {
+      const int v = ok[f] ? u + f * kQ8Threads : u;
+      const int j = v / upe, uu = v - j * upe;
       xu[f] = load_x_unit<TYPE>(act.q + static_cast<size_t>(j) * Ie, act.d + static_cast<size_t>(j) * (Ie / 32), uu);
     }
 #pragma unroll
@@ -385,6 +421,7 @@ __global__ void __launch_bounds__(kQ8Threads) down_q8_kernel(WeightRef w, int E,
       for (int r = 0; r < kDownRows; ++r) acc[r] += wgt[f] * unit_dot<TYPE>(wu[f][r], xu[f]);
     }
   }
+  if (!waited) pdl_wait();  // a thread with no unit: nothing is written before the wait
   __shared__ float part[kQ8Threads / 32][kDownRows];
   warp_partials(acc, part);
   if (threadIdx.x < kDownRows && h0 + static_cast<int>(threadIdx.x) < H) {
@@ -452,7 +489,7 @@ __global__ void combine_kernel(const float* route, int rs, const float* y, int H
 // Decode experts on the quantized x: gate/up with gu_warps warps a block (1-4), the quantization
 // of their output, and down with `flight` units a thread in flight (2-4).
 template <int TYPE>
-void experts_q8(cudaStream_t s, int gu_warps, int flight, const WeightRef& gu, const WeightRef& dn, int E, int Ie,
+void experts_q8(cudaStream_t s, int gu_warps, int flight, int dn_prefetch, bool dn_early, const WeightRef& gu, const WeightRef& dn, int E, int Ie,
                 int H, int k, Q8Vec x_q8, const float* route, const HostIds& hid, float* act, Q8Vec act_q8,
                 float* out) {
   constexpr decltype(&gate_up_q8_kernel<TYPE, 32>) gate_up[] = {
@@ -461,9 +498,10 @@ void experts_q8(cudaStream_t s, int gu_warps, int flight, const WeightRef& gu, c
   constexpr decltype(&down_q8_kernel<TYPE, 2>) down[] = {down_q8_kernel<TYPE, 2>, down_q8_kernel<TYPE, 3>,
                                                          down_q8_kernel<TYPE, 4>};
   enqueue(gate_up[gu_warps - 1], dim3(MB_BLOCKS(Ie, kPairs), k), 32 * gu_warps, 0, s, gu, E, Ie, k, x_q8, route, hid,
-          act);
+          act, dn.data, dn.expert_bytes, dn_prefetch, dn_early);
   quantize_q8(s, act, 0, k * Ie, 1, act_q8, 0);
-  enqueue(down[flight - 2], MB_BLOCKS(H, kDownRows), kQ8Threads, 0, s, dn, E, Ie, H, k, route, hid, act_q8, out);
+  enqueue(down[flight - 2], MB_BLOCKS(H, kDownRows), kQ8Threads, 0, s, dn, E, Ie, H, k, route, hid, act_q8, out,
+          dn_early);
 }
 
 }  // namespace
@@ -493,10 +531,15 @@ int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn,
     // Warps of the gate/up kernel (above); MARKBASE_CUDA_GATE_UP_WARPS=1-4 forces it.
     static const int gu_forced = env_digit("MARKBASE_CUDA_GATE_UP_WARPS", 1, 4);
     const int gu_warps = gu_forced ? gu_forced : q8_row_warps(gu.K, 1);
-    if (gu.type == MB_Q4_0)
-      experts_q8<MB_Q4_0>(s, gu_warps, flight, gu, dn, E, Ie, H, k, x_q8, route, hid, act, act_q8, out);
-    else
-      experts_q8<MB_Q8_0>(s, gu_warps, flight, gu, dn, E, Ie, H, k, x_q8, route, hid, act, act_q8, out);
+    // The gate/up kernel's L2 prefetch of the down rows (above). A/B switch:
+    // MARKBASE_CUDA_DOWN_PREFETCH=0 (off), 1 (after the block's loads), 2 (before them).
+    static const int dn_prefetch = !env_flag("MARKBASE_CUDA_DOWN_PREFETCH", true)         ? 0
+                                   : env_digit("MARKBASE_CUDA_DOWN_PREFETCH", 1, 2) == 2 ? 2
+                                                                                         : 1;
+    // The down kernel's early reads (above). A/B switch: MARKBASE_CUDA_DOWN_EARLY=0.
+    static const bool dn_early = env_flag("MARKBASE_CUDA_DOWN_EARLY", true);
+    auto run = gu.type == MB_Q4_0 ? experts_q8<MB_Q4_0> : experts_q8<MB_Q8_0>;
+    run(s, gu_warps, flight, dn_prefetch, dn_early, gu, dn, E, Ie, H, k, x_q8, route, hid, act, act_q8, out);
     return 3;
   }
   const dim3 block(kWarps * 32);

@@ -377,9 +377,14 @@ template <int TYPE, int FLIGHT>
 __global__ void __launch_bounds__(kQ8Threads) down_q8_kernel(WeightRef w, int E, int Ie, int H, int k,
                                                               const float* route, HostIds hid, Q8Vec act,
                                                               float* out, bool early) {
+  extern __shared__ float rt[];  // the route: 2 k floats (weight, expert id)
   pdl_trigger();
   bool waited = !early;  // each thread passes the wait once (pdl_wait stamps the trace)
   if (waited) pdl_wait();
+  // Read once a block, through L2: read by every thread, the route's one or two lines would be
+  // a hot spot of one L2 slice (the kernel ran twice as long that way: session 14).
+  for (int i = threadIdx.x; i < 2 * k; i += kQ8Threads) rt[i] = __ldcg(route + i);
+  __syncthreads();
   const int h0 = blockIdx.x * kDownRows;
   const int upe = Ie / 16;  // units per expert row
   float acc[kDownRows];
@@ -397,8 +402,8 @@ __global__ void __launch_bounds__(kQ8Threads) down_q8_kernel(WeightRef w, int E,
       ok[f] = v0 < units;
       const int v = ok[f] ? v0 : u;  // past the end: a repeat of unit u (no new traffic), not summed
       const int j = v / upe, uu = v - j * upe;
-      const int e = hid.n ? min(max(hid.ids[j], 0), E - 1) : min(max(static_cast<int>(__ldcg(route + 2 * j + 1)), 0), E - 1);
-      wgt[f] = __ldcg(route + 2 * j);
+      const int e = min(max(hid.n ? hid.ids[j] : static_cast<int>(rt[2 * j + 1]), 0), E - 1);
+      wgt[f] = rt[2 * j];
       const mb_u8* base = w.data + static_cast<size_t>(e) * w.expert_bytes;
 #pragma unroll
       for (int r = 0; r < kDownRows; ++r)
@@ -500,7 +505,7 @@ void experts_q8(cudaStream_t s, int gu_warps, int flight, int dn_prefetch, bool 
   enqueue(gate_up[gu_warps - 1], dim3(MB_BLOCKS(Ie, kPairs), k), 32 * gu_warps, 0, s, gu, E, Ie, k, x_q8, route, hid,
           act, dn.data, dn.expert_bytes, dn_prefetch, dn_early);
   quantize_q8(s, act, 0, k * Ie, 1, act_q8, 0);
-  enqueue(down[flight - 2], MB_BLOCKS(H, kDownRows), kQ8Threads, 0, s, dn, E, Ie, H, k, route, hid, act_q8, out,
+  enqueue(down[flight - 2], MB_BLOCKS(H, kDownRows), kQ8Threads, 2 * k * sizeof(float), s, dn, E, Ie, H, k, route, hid, act_q8, out,
           dn_early);
 }
 

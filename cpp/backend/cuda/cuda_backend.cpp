@@ -21,9 +21,7 @@
 //    size) to stderr when the backend is destroyed; MARKBASE_CUDA_ATTN_TC=0 keeps
 //    prefill attention on the float32 kernel in default mode too (A/B checks of the tensor-core one);
 //    MARKBASE_CUDA_PDL=0 launches kernels without programmatic dependent launch (common.cuh);
-//    MARKBASE_CUDA_STREAMS=0 keeps every step of a decode graph on one stream (plan_streams);
-//    MARKBASE_CUDA_EXPERTS_ROUTE=0 has the decode router route instead of the experts' kernels
-//    (cuda::moe_experts_route).
+//    MARKBASE_CUDA_STREAMS=0 keeps every step of a decode graph on one stream (plan_streams).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -227,7 +225,6 @@ class CudaBackend : public Backend {
     cuda::row_chain_setup();
     CK(cudaGetLastError());
     host_routing_ = env_flag("MARKBASE_CUDA_HOST_ROUTING", false);
-    experts_route_ = env_flag("MARKBASE_CUDA_EXPERTS_ROUTE", true);
     profile_ = env_flag("MARKBASE_CUDA_PROFILE", false);
     trace_ = env_flag("MARKBASE_CUDA_TRACE", false);
     use_graphs_ = env_flag("MARKBASE_CUDA_GRAPH", true) && !host_routing_;
@@ -1030,16 +1027,8 @@ class CudaBackend : public Backend {
           const Op* nx = oi + 1 < g.ops.size() ? &g.ops[oi + 1] : nullptr;
           if (fuse_ && !host_routing_ && g.T == 1 && rows == 1 && nx && nx->kind == OpKind::MoeRoute &&
               nx->a == op.out && nx->group == op.n && op.n <= 1024) {  // router product + routing
-            // The experts' kernels route from the logits themselves when they can
-            // (cuda::moe_experts_route); the router then writes only the logits.
-            const Op* ex = oi + 2 < g.ops.size() ? &g.ops[oi + 2] : nullptr;
-            const bool experts_route = experts_route_ && ex && ex->kind == OpKind::MoeExperts && ex->b == nx->out &&
-                                       reads_q8(g, *ex, ex->a) && cuda::moe_experts_route(nx->group, nx->k);
-            const float* scale = nx->w2 ? small_f32(nx->w2) : nullptr;
-            kernels += cuda::moe_router(cur_, wref(op.w), a, scale, nx->group, nx->k, out,
-                                        ptr<float>(st.slots[nx->out]), ptr<unsigned>(st.router_counter),
-                                        !experts_route);
-            deferred_route_ = experts_route ? DeferredRoute{nx->out, out, scale} : DeferredRoute{};
+            kernels += cuda::moe_router(cur_, wref(op.w), a, nx->w2 ? small_f32(nx->w2) : nullptr, nx->group,
+                                        nx->k, out, ptr<float>(st.slots[nx->out]), ptr<unsigned>(st.router_counter));
             ++oi;
           } else if (reads_q8(g, op, op.a)) {
             cuda::MatvecJobs jobs;
@@ -1130,13 +1119,10 @@ class CudaBackend : public Backend {
           if (rows <= kDecodeRows) {
             const bool ids = host_routing_ && static_cast<int>(host_ids_.size()) == rows * K && rows * K <= 64;
             const bool q8 = reads_q8(g, op, op.a);
-            // the router left the routing to these kernels (its route slot is not written)
-            const DeferredRoute dr = deferred_route_.slot == op.b ? deferred_route_ : DeferredRoute{};
             kernels += cuda::moe_experts_decode(cur_, gu, dn, E, Ie, H, K, a, as, b, bs, rows,
                                                 ids ? host_ids_.data() : nullptr, st.moe.act, out, os,
                                                 q8 ? need_q8(op.a, H) : cuda::Q8Vec{},
-                                                q8 ? q8_of(st.moe_act_q8, static_cast<size_t>(K) * Ie) : cuda::Q8Vec{},
-                                                dr.logits, dr.scale);
+                                                q8 ? q8_of(st.moe_act_q8, static_cast<size_t>(K) * Ie) : cuda::Q8Vec{});
           } else {
             kernels += cuda::moe_experts_prefill(cur_, gu, dn, E, Ie, H, K, a, as, b, bs, rows, st.moe,
                                                  opt_.precise, out, os,
@@ -1193,7 +1179,6 @@ class CudaBackend : public Backend {
   cudaStream_t cur_ = nullptr;   // where encode() launches the current step
   bool host_routing_ = false, use_graphs_ = true, profile_ = false, fuse_ = true, int8_prefill_ = true;
   bool streams_ = true;  // MARKBASE_CUDA_STREAMS=0: every step on one stream
-  bool experts_route_ = true;  // MARKBASE_CUDA_EXPERTS_ROUTE=0: the decode router routes (A/B switch)
   bool attn_tc_ = true;  // default-mode prefill attention on the tensor cores (attention_tc.cu)
   bool capturing_ = false;           // encode() is recording into a CUDA graph
   const GraphState* timing_ = nullptr;  // profiling: the run whose op timers wait() reads
@@ -1208,14 +1193,6 @@ class CudaBackend : public Backend {
   std::unordered_map<const uint8_t*, DevPtr> weights_, small_;
   std::map<const Graph*, std::unique_ptr<GraphState>> states_;
   std::vector<int> host_ids_;
-  // A decode router that left the routing to the experts' kernels: its route slot, its logits and
-  // the per-expert scales (cuda::moe_experts_route).
-  struct DeferredRoute {
-    int slot = -1;
-    const float* logits = nullptr;
-    const float* scale = nullptr;
-  };
-  DeferredRoute deferred_route_;
   DevPtr sample_result_, sample_recent_, sample_work_;
   HostPtr sample_host_;
   int sample_work_size_ = 0;

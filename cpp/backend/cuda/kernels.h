@@ -237,12 +237,7 @@ int moe_route(cudaStream_t s, const float* logits, int l_stride, const float* ex
 // Decode, one token: the router's product (logits = W x, any weight type) and moe_route in one
 // launch. counter: one device word, zero before the first launch (the kernel leaves it zero).
 int moe_router(cudaStream_t s, const WeightRef& w, const float* x, const float* expert_scale, int n_experts,
-               int k, float* logits, float* out, unsigned* counter, bool route = true);
-// Whether the decode experts on 8-bit activations can route from the router's logits themselves
-// (moe_experts_decode's logits; moe_router then runs with route = false and writes only the
-// logits): each of their blocks repeats the routing in one warp, which takes the router's
-// last-block step (a device counter, then a second pass over the logits) off the critical path.
-bool moe_experts_route(int n_experts, int k);
+               int k, float* logits, float* out, unsigned* counter);
 // Decode: experts read by id from the route slot (or from host_ids when not null: the debug mode
 // that routes on the host). act: rows * k * Ie floats of scratch.
 // x_q8 set (one row; both weights of a has_q8_dot type, Ie % 32 == 0): the products run on the
@@ -250,8 +245,7 @@ bool moe_experts_route(int n_experts, int k);
 int moe_experts_decode(cudaStream_t s, const WeightRef& gate_up, const WeightRef& down, int n_experts,
                        int Ie, int H, int k, const float* x, int x_stride, const float* route,
                        int route_stride, int rows, const int* host_ids, float* act, float* out,
-                       int out_stride, Q8Vec x_q8 = {}, Q8Vec act_q8 = {}, const float* logits = nullptr,
-                       const float* expert_scale = nullptr);
+                       int out_stride, Q8Vec x_q8 = {}, Q8Vec act_q8 = {});
 // Prefill: tokens grouped by expert on the GPU (counts, order, tile list), then grouped matmuls.
 struct MoeScratch {
   int* counts = nullptr;    // n_experts

@@ -8,7 +8,6 @@
 //    matmuls (matmul.cu) run over that list with a fixed grid whose surplus blocks exit, so each
 //    expert's weights are read once per tile of its tokens.
 #include <algorithm>
-#include <stdexcept>
 
 #include "backend/cuda/fast_dot.cuh"
 #include "backend/cuda/q8.cuh"
@@ -18,9 +17,6 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kMaxHostIds = 64;
-// Routing in registers (route_row_reg<4>): up to 128 experts, up to 32 chosen (one lane each).
-constexpr int kMaxRegExperts = 128;
-constexpr int kMaxRouteK = 32;
 
 // Routing of one token by one warp: softmax of the logits l, k rounds of arg-max, the chosen
 // weights renormalised and scaled per expert; p[] (E floats of shared memory) holds the
@@ -154,7 +150,7 @@ template <int TYPE>
 __global__ void __launch_bounds__(kRouterThreads) router_kernel(WeightRef w, const float* __restrict__ x,
                                                                 const float* scale, int E, int k, float* logits,
                                                                 float* out, unsigned* counter,
-                                                                bool scale_early, bool route) {
+                                                                bool scale_early) {
   pdl_trigger();
   __shared__ float p[kMaxExperts];
   __shared__ bool last;
@@ -174,7 +170,7 @@ __global__ void __launch_bounds__(kRouterThreads) router_kernel(WeightRef w, con
   // The per-expert scales (weights: no kernel writes them) go to the first warp's registers here
   // too, in every block since any block may be the last: the routing's final step then needs no
   // load after the top-k.
-  const bool reg_route = E <= kMaxRegExperts && k <= kMaxRouteK;
+  const bool reg_route = E <= 128 && k <= 32;
   float sc[4];
   const bool sc_early = scale_early && scale && reg_route && threadIdx.x < 32;
   if (sc_early) {
@@ -192,10 +188,6 @@ __global__ void __launch_bounds__(kRouterThreads) router_kernel(WeightRef w, con
   for (int i = (threadIdx.x + kRouterThreads * kRouterVec) * 4; i < w.K; i += kRouterThreads * 4)
     acc += dot4(w4<TYPE>(row, i, w.K), x4(x, i, w.K, vec));
   acc = block_sum(acc);
-  if (!route) {  // the experts' kernels route (moe_experts_route)
-    if (threadIdx.x == 0) logits[e] = acc;
-    return;
-  }
   if (threadIdx.x == 0) {
     logits[e] = acc;
     // release: the logit is visible device-wide before this block is counted; acquire (the last
@@ -295,23 +287,10 @@ __global__ void __launch_bounds__(kWarps * 32) down_kernel(WeightRef w, int E, i
 constexpr int kQ8Threads = 128;
 constexpr int kPairs = 2;  // 4 ran the 26B-A4B experts 2 us a layer slower on the H200
 
-//
-// logits (optional): the router's logits, from which the block's first warp routes (route_row_reg,
-// the router's own arithmetic: the same choice) instead of reading the route slot, which the
-// router then does not write: its last-block step (a device counter, a second pass over the
-// logits) leaves the layer's critical path. See moe_experts_route.
-//
-// Blocks an SM must fit (launch bounds): without them the routing code took ptxas from 48 to 54
-// registers a thread, 12 blocks of 3 warps an SM instead of 14. Asking for 13 (Q4_0; 12 for Q8_0,
-// whose rows take more registers) gives 48 (56) again, without spills.
-template <int TYPE>
-constexpr int gate_up_min_blocks(int threads) { return std::min(32, 65536 / ((TYPE == MB_Q4_0 ? 52 : 56) * threads)); }
-
 template <int TYPE, int THREADS>
-__global__ void __launch_bounds__(THREADS, gate_up_min_blocks<TYPE>(THREADS)) gate_up_q8_kernel(WeightRef w, int E, int Ie, int k, Q8Vec x,
+__global__ void __launch_bounds__(THREADS) gate_up_q8_kernel(WeightRef w, int E, int Ie, int k, Q8Vec x,
                                                               const float* route, HostIds hid, float* act,
-                                                              const float* logits, bool trigger_late) {
-  __shared__ float rt[2 * kMaxRouteK];
+                                                              bool trigger_late) {
   if (trigger_late) {  // see down_q8_kernel's `early`
     pdl_wait();
     pdl_trigger();
@@ -320,14 +299,7 @@ __global__ void __launch_bounds__(THREADS, gate_up_min_blocks<TYPE>(THREADS)) ga
   }
   constexpr int R = 2 * kPairs;
   const int r0 = blockIdx.x * kPairs, j = blockIdx.y;
-  int e;
-  if (logits) {
-    if (threadIdx.x < 32) route_row_reg<4>(logits, nullptr, E, k, rt);  // the ids only: no scales
-    __syncthreads();
-    e = min(max(static_cast<int>(rt[2 * j + 1]), 0), E - 1);
-  } else {
-    e = expert_of(route, 0, 0, j, E, hid, k);
-  }
+  const int e = expert_of(route, 0, 0, j, E, hid, k);
   const mb_u8* base = w.data + static_cast<size_t>(e) * w.expert_bytes;
   const mb_u8* rows[R];
 #pragma unroll
@@ -385,25 +357,20 @@ __global__ void __launch_bounds__(THREADS, gate_up_min_blocks<TYPE>(THREADS)) ga
 // products read theirs. That is safe only because the gate/up kernel then triggers its dependents
 // after its own wait (trigger_late): this kernel is launched after the quantization kernel, which
 // is launched once every gate/up block has passed its wait, i.e. once the router has finished.
-// The route is read through L2 (__ldcg), never from a stale L1 line of the previous layer's.
+// The route is read through L2 (__ldcg), never from a stale L1 line of an earlier layer's.
 constexpr int kDownRows = 2;  // 4: 1 us a layer slower on the H200
 
 template <int TYPE, int FLIGHT>
 __global__ void __launch_bounds__(kQ8Threads) down_q8_kernel(WeightRef w, int E, int Ie, int H, int k,
                                                               const float* route, HostIds hid, Q8Vec act,
-                                                              float* out, bool early, const float* logits,
-                                                              const float* escale) {
+                                                              float* out, bool early) {
   extern __shared__ float rt[];  // the route: 2 k floats (weight, expert id)
   pdl_trigger();
   bool waited = !early;  // each thread passes the wait once (pdl_wait stamps the trace)
   if (waited) pdl_wait();
-  if (logits) {  // routed here from the router's logits, as in gate_up_q8_kernel
-    if (threadIdx.x < 32) route_row_reg<4>(logits, escale, E, k, rt);
-  } else {
-    // Read once a block, through L2: read by every thread, the route's one or two lines would be
-    // a hot spot of one L2 slice (the kernel ran twice as long that way: session 14).
-    for (int i = threadIdx.x; i < 2 * k; i += kQ8Threads) rt[i] = __ldcg(route + i);
-  }
+  // Read once a block, through L2: read by every thread, the route's one or two lines would be
+  // a hot spot of one L2 slice (the kernel ran twice as long that way: session 14).
+  for (int i = threadIdx.x; i < 2 * k; i += kQ8Threads) rt[i] = __ldcg(route + i);
   __syncthreads();
   const int h0 = blockIdx.x * kDownRows;
   const int upe = Ie / 16;  // units per expert row
@@ -514,20 +481,19 @@ __global__ void combine_kernel(const float* route, int rs, const float* y, int H
 // Decode experts on the quantized x: gate/up with gu_warps warps a block (1-4), the quantization
 // of their output, and down with `flight` units a thread in flight (2-4).
 template <int TYPE>
-void experts_q8(cudaStream_t s, int gu_warps, int flight, bool dn_early, const float* logits, const float* escale,
-                const WeightRef& gu, const WeightRef& dn, int E, int Ie,
-                int H, int k, Q8Vec x_q8, const float* route, const HostIds& hid, float* act, Q8Vec act_q8,
-                float* out) {
+void experts_q8(cudaStream_t s, int gu_warps, int flight, bool dn_early, const WeightRef& gu, const WeightRef& dn,
+                int E, int Ie, int H, int k, Q8Vec x_q8, const float* route, const HostIds& hid, float* act,
+                Q8Vec act_q8, float* out) {
   constexpr decltype(&gate_up_q8_kernel<TYPE, 32>) gate_up[] = {
       gate_up_q8_kernel<TYPE, 32>, gate_up_q8_kernel<TYPE, 64>, gate_up_q8_kernel<TYPE, 96>,
       gate_up_q8_kernel<TYPE, 128>};
   constexpr decltype(&down_q8_kernel<TYPE, 2>) down[] = {down_q8_kernel<TYPE, 2>, down_q8_kernel<TYPE, 3>,
                                                          down_q8_kernel<TYPE, 4>};
   enqueue(gate_up[gu_warps - 1], dim3(MB_BLOCKS(Ie, kPairs), k), 32 * gu_warps, 0, s, gu, E, Ie, k, x_q8, route, hid,
-          act, logits, dn_early);
+          act, dn_early);
   quantize_q8(s, act, 0, k * Ie, 1, act_q8, 0);
-  enqueue(down[flight - 2], MB_BLOCKS(H, kDownRows), kQ8Threads, 2 * k * sizeof(float), s, dn, E, Ie, H, k, route, hid, act_q8, out,
-          dn_early, logits, escale);
+  enqueue(down[flight - 2], MB_BLOCKS(H, kDownRows), kQ8Threads, 2 * k * sizeof(float), s, dn, E, Ie, H, k, route,
+          hid, act_q8, out, dn_early);
 }
 
 }  // namespace
@@ -538,14 +504,9 @@ int moe_route(cudaStream_t s, const float* logits, int ls, const float* scale, i
   return 1;
 }
 
-bool moe_experts_route(int E, int k) { return E <= kMaxRegExperts && k <= kMaxRouteK; }
-
 int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn, int E, int Ie, int H, int k,
                        const float* x, int xs, const float* route, int rs, int rows, const int* host_ids,
-                       float* act, float* out, int os, Q8Vec x_q8, Q8Vec act_q8, const float* logits,
-                       const float* expert_scale) {
-  if (logits && (!x_q8.q || !moe_experts_route(E, k) || host_ids))
-    throw std::logic_error("moe_experts_decode: routing from the logits needs the 8-bit path and route_row_reg's sizes");
+                       float* act, float* out, int os, Q8Vec x_q8, Q8Vec act_q8) {
   HostIds hid{};
   if (host_ids) {
     hid.n = std::min(rows * k, kMaxHostIds);
@@ -565,7 +526,7 @@ int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn,
     // The down kernel's early reads (above). A/B switch: MARKBASE_CUDA_DOWN_EARLY=0.
     static const bool dn_early = env_flag("MARKBASE_CUDA_DOWN_EARLY", true);
     auto run = gu.type == MB_Q4_0 ? experts_q8<MB_Q4_0> : experts_q8<MB_Q8_0>;
-    run(s, gu_warps, flight, dn_early, logits, expert_scale, gu, dn, E, Ie, H, k, x_q8, route, hid, act, act_q8, out);
+    run(s, gu_warps, flight, dn_early, gu, dn, E, Ie, H, k, x_q8, route, hid, act, act_q8, out);
     return 3;
   }
   const dim3 block(kWarps * 32);
@@ -589,13 +550,12 @@ int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn,
 }
 
 int moe_router(cudaStream_t s, const WeightRef& w, const float* x, const float* scale, int E, int k,
-               float* logits, float* out, unsigned* counter, bool route) {
+               float* logits, float* out, unsigned* counter) {
   // A/B switch: MARKBASE_CUDA_ROUTER_SCALE_EARLY=0 reads the chosen experts' scales after the
   // top-k (the same values: the logits do not change).
   static const bool scale_early = env_flag("MARKBASE_CUDA_ROUTER_SCALE_EARLY", true);
 #define MB_ROUTER(T)                                                                                      \
-  enqueue(router_kernel<T>, E, kRouterThreads, 0, s, w, x, scale, E, k, logits, out, counter, scale_early, \
-          route);                                                                                         \
+  enqueue(router_kernel<T>, E, kRouterThreads, 0, s, w, x, scale, E, k, logits, out, counter, scale_early);   \
   return 1;
   MB_TYPE_DISPATCH(w.type, MB_ROUTER)
 #undef MB_ROUTER

@@ -297,8 +297,6 @@ constexpr int kChainWarps = kChainThreads / 32;
 // and the experts' outputs) share one reduction, so one barrier: up to this many.
 constexpr int kNormGroup = 4;
 
-constexpr unsigned char kNoSlot = 255;
-
 struct ChainPlan {
   RowChain c;
   int n4;                            // float4s per row (every op of a chain has the same n)
@@ -306,7 +304,6 @@ struct ChainPlan {
   const float* load[kChainSlots];    // a slot's initial value, or null (written before read)
   unsigned char weight[kChainSlots]; // load is a norm weight: copied before the PDL wait
   unsigned char a[kMaxRowOps], b[kMaxRowOps], out[kMaxRowOps];  // slots; b: Add's b or Norm's w
-                                                                 // out: kNoSlot if no later op reads it
   unsigned char has_b[kMaxRowOps];
   unsigned char group[kMaxRowOps];   // Norm: the norms from this one whose sums it reduces (0: done earlier)
 };
@@ -343,7 +340,7 @@ __global__ void __launch_bounds__(kChainThreads) row_chain_kernel(ChainPlan p) {
     const RowOp& o = p.c.op[i];
     const float4* A = sm + p.a[i] * p.n4;
     const float4* B = sm + p.b[i] * p.n4;
-    float4* Y = p.out[i] == kNoSlot ? nullptr : sm + p.out[i] * p.n4;
+    float4* Y = sm + p.out[i] * p.n4;
     const bool hb = p.has_b[i];
 #pragma unroll
     for (int c = 0; c < kChainVec; ++c) {
@@ -406,7 +403,7 @@ __global__ void __launch_bounds__(kChainThreads) row_chain_kernel(ChainPlan p) {
     for (int c = 0; c < kChainVec; ++c) {
       const int j = t + kChainThreads * c;
       if (j < p.n4) {
-        if (Y) Y[j] = v[c];
+        Y[j] = v[c];
         out[j] = v[c];
       }
     }
@@ -415,8 +412,6 @@ __global__ void __launch_bounds__(kChainThreads) row_chain_kernel(ChainPlan p) {
 }
 
 ChainPlan chain_plan(const RowChain& c, int first, int count) {
-  // A/B switch: MARKBASE_CUDA_CHAIN_LEAN=0 gives every output a slot (the first version).
-  static const bool lean = env_flag("MARKBASE_CUDA_CHAIN_LEAN", true);
   ChainPlan p{};
   p.c.count = count;
   for (int i = 0; i < count; ++i) p.c.op[i] = c.op[first + i];
@@ -440,15 +435,7 @@ ChainPlan chain_plan(const RowChain& c, int first, int count) {
     const float* b = o.kind == RowOpKind::Add ? o.b : o.kind == RowOpKind::Norm ? o.w : nullptr;
     p.has_b[i] = b != nullptr;
     p.b[i] = b ? static_cast<unsigned char>(find(b, true, o.kind == RowOpKind::Norm)) : 0;
-    // An output no later op of the chain reads goes to global memory only: no slot. Gemma 4's MoE
-    // chains have three such (the feed-forward's inputs, the next layer's attention input), and
-    // each slot is n floats of shared memory the launch must find free on an SM.
-    bool read_later = !lean;
-    for (int j = i + 1; j < count && !read_later; ++j) {
-      const RowOp& l = p.c.op[j];
-      read_later = l.a == o.out || (l.kind == RowOpKind::Add && l.b == o.out);
-    }
-    p.out[i] = read_later ? static_cast<unsigned char>(find(o.out, false, false)) : kNoSlot;
+    p.out[i] = static_cast<unsigned char>(find(o.out, false, false));
   }
   // Norm groups: a norm joins the group before it when no op of that group writes its input.
   for (int i = 0; i < count;) {

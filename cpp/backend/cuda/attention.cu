@@ -136,8 +136,6 @@ struct AttnArgs {
   float* scratch;
   bool early;  // attention_decode_kernel: the first chunk's cached rows copied before the PDL wait
   int gsplit;  // attention_decode_kernel: blocks a KV head's query rows are split over (grid z)
-  unsigned* counters = nullptr;  // attention_decode_kernel: set, the splits are merged in the kernel
-  Q8Vec q8{};                    // with counters: the output row also quantized
 };
 
 // grid: (row blocks, kv heads, splits); block: rows_per_block warps.
@@ -301,14 +299,7 @@ size_t decode_smem_bytes(int d, int G) {
          (static_cast<size_t>(G) * d + static_cast<size_t>(kDecWarps + 1) * G * kChunk + kDecMaxG) * sizeof(float);
 }
 
-//
-// Merging the splits (p.counters set): the last block of a (KV head, query group) to finish, by
-// a device counter (which it resets for the next launch), merges the splits' partial results
-// itself, with attention_combine_kernel's arithmetic in its order, so no second launch follows:
-// that kernel took 4.9 us of a 26B-A4B layer's critical path, most of it its launch and wait.
 __global__ void __launch_bounds__(kDecThreads) attention_decode_kernel(AttnArgs p) {
-  __shared__ bool s_last;
-  __shared__ int s_count[kDecMaxG];
   pdl_trigger();
   const int pos = p.step->pos0;  // written by the host before the graph: readable before the wait
   extern __shared__ __align__(16) unsigned char dsm[];
@@ -356,74 +347,8 @@ __global__ void __launch_bounds__(kDecThreads) attention_decode_kernel(AttnArgs 
   if (early) copy_chunk(lo, 1);
   pdl_wait();
   float* part = p.scratch + static_cast<size_t>(row0) * p.splits * (d + 2);  // row g at + g * splits * (d + 2)
-  // With p.counters: counts this block done; the last one merges the splits of rows row0 .. + G.
-  auto merge_if_last = [&]() {
-    __threadfence();  // this thread's partial results, device-wide, before the block is counted
-    __syncthreads();
-    unsigned* ctr = p.counters + blockIdx.x * gridDim.z + blockIdx.z;
-    if (threadIdx.x == 0) s_last = atomic_add_acq_rel(ctr, 1u) == gridDim.y - 1;
-    __syncthreads();
-    if (!s_last) return;
-    if (threadIdx.x == 0) *ctr = 0;
-    float* wt = reinterpret_cast<float*>(dsm);  // [G][kMaxSplits]: the chunks' buffers are free now
-    for (int g = warp; g < G; g += kDecWarps) {  // a warp per row: one weight per split
-      const float* sp = part + static_cast<size_t>(g) * p.splits * (d + 2);
-      float m[kMaxSplits / 32], l[kMaxSplits / 32];
-      float M = -INFINITY;
-#pragma unroll
-      for (int i = 0; i < kMaxSplits / 32; ++i) {
-        const int sidx = lane + 32 * i;
-        m[i] = sidx < p.splits ? __ldcg(sp + sidx * (d + 2)) : -INFINITY;
-        l[i] = sidx < p.splits && m[i] != -INFINITY ? __ldcg(sp + sidx * (d + 2) + 1) : 0.0f;
-        M = fmaxf(M, m[i]);
-      }
-      M = warp_max(M);
-      float L = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kMaxSplits / 32; ++i) L += m[i] != -INFINITY ? l[i] * expf(m[i] - M) : 0.0f;
-      L = warp_sum(L);
-      int lastp = -1;
-#pragma unroll
-      for (int i = 0; i < kMaxSplits / 32; ++i) {
-        const int sidx = lane + 32 * i;
-        wt[g * kMaxSplits + sidx] = sidx < p.splits && m[i] != -INFINITY ? expf(m[i] - M) / L : 0.0f;
-        if (sidx < p.splits && m[i] != -INFINITY) lastp = sidx;
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) lastp = max(lastp, __shfl_xor_sync(0xffffffffu, lastp, o));
-      if (lane == 0) s_count[g] = lastp + 1;
-    }
-    __syncthreads();
-    for (int g = 0; g < G; ++g) {
-      const float* sp = part + static_cast<size_t>(g) * p.splits * (d + 2) + 2;
-      const float* w = wt + g * kMaxSplits;
-      const int count = s_count[g], h = row0 + g;
-#pragma unroll
-      for (int j = 0; j < kDecCols; ++j) {
-        const int c = threadIdx.x + kDecThreads * j;
-        if (c - static_cast<int>(threadIdx.x & 31) >= d) break;  // the whole warp is past the row
-        float v = 0.0f;
-        if (c < d) {
-          for (int s0 = 0; s0 < count; s0 += 32) {  // 32 splits' loads in flight at a time
-            float x[32];
-#pragma unroll
-            for (int i = 0; i < 32; ++i) {
-              const int sidx = s0 + i;
-              x[i] = sidx < count && w[sidx] != 0.0f ? __ldcg(sp + sidx * (d + 2) + c) : 0.0f;
-            }
-#pragma unroll
-            for (int i = 0; i < 32; ++i)
-              if (s0 + i < count) v += w[s0 + i] * x[i];
-          }
-          p.out[h * d + c] = v;
-        }
-        if (p.q8.q) q8_store_warp(v, h * d + c, c < d, p.q8);
-      }
-    }
-  };
-  if (lo >= hi) {  // no positions: the merge skips this split
+  if (lo >= hi) {  // no positions: the combine skips this split
     if (threadIdx.x < G) part[(static_cast<size_t>(threadIdx.x) * p.splits + split) * (d + 2)] = -INFINITY;
-    if (p.counters) merge_if_last();
     return;
   }
   {  // the G query rows (contiguous), 16 bytes a load, all loads in flight before the first store
@@ -548,7 +473,6 @@ __global__ void __launch_bounds__(kDecThreads) attention_decode_kernel(AttnArgs 
       if (c < d) sp[c] = acc[g][j];
     }
   }
-  if (p.counters) merge_if_last();
 }
 
 // One block per (token, head), one thread per output column: merges the splits' partial softmax
@@ -656,7 +580,7 @@ int store_kv(cudaStream_t s, const CacheRef& c, const float* k, int ks, const fl
 
 int attention(cudaStream_t s, const CacheRef& c, const float* q, int qs, const StepBuf* step, int T, int heads,
               float scale, int window, float* out, int os, int splits, float* scratch, Q8Vec q8,
-              bool tensor_cores, unsigned* counters) {
+              bool tensor_cores) {
   if (tensor_cores && splits == 1 && attention_tc_eligible(c, T)) {
     const int n = attention_tc(s, c, q, qs, step, T, heads, scale, window, out, os);
     if (n > 0) return q8.q ? n + quantize_q8(s, out, os, heads * c.head_dim, 1, q8, 0) : n;
@@ -673,15 +597,6 @@ int attention(cudaStream_t s, const CacheRef& c, const float* q, int qs, const S
     // keys and values (the second reader finds them in L2), until the grid covers the SMs.
     if (gsplit_on)
       while (p.gsplit < 4 && group % (2 * p.gsplit) == 0 && c.kv_heads * splits * p.gsplit < sm_count()) p.gsplit *= 2;
-    // The splits merged in the kernel (A/B switch: MARKBASE_CUDA_ATTN_MERGE=0 launches the combine).
-    static const bool merge = env_flag("MARKBASE_CUDA_ATTN_MERGE", true);
-    if (merge && counters && c.kv_heads * p.gsplit <= kAttnCounters && (!q8.q || c.head_dim % 32 == 0)) {
-      p.counters = counters;
-      p.q8 = q8;
-      enqueue(attention_decode_kernel, dim3(c.kv_heads, splits, p.gsplit), kDecThreads,
-              decode_smem_bytes(c.head_dim, group / p.gsplit), s, p);
-      return 1;
-    }
     enqueue(attention_decode_kernel, dim3(c.kv_heads, splits, p.gsplit), kDecThreads,
             decode_smem_bytes(c.head_dim, group / p.gsplit), s, p);
   } else {

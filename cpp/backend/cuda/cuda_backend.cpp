@@ -188,7 +188,6 @@ struct GraphState {
   DevPtr matmul_scratch;       // prefill int8 products: split-K parts and tile counters
   cuda::MatmulQ8Scratch matmul_scratch_v;
   DevPtr router_counter;       // cuda::moe_router's count of finished blocks
-  DevPtr attn_counters;        // cuda::attention's counts of finished blocks (attn_scratch's resource)
   cudaGraphExec_t exec = nullptr;
   const CudaCaches* captured_for = nullptr;
   int kernels = 0;             // kernels launched by one run of the graph
@@ -614,7 +613,6 @@ class CudaBackend : public Backend {
       st->matmul_scratch_v = {st->matmul_scratch.get(), mmq};
     }
     st->router_counter = dev_alloc(sizeof(unsigned));
-    st->attn_counters = dev_alloc(cuda::kAttnCounters * sizeof(unsigned));
     if (q8_graph(g)) {
       for (size_t i = 0; i < g.slots.size(); ++i) st->q8.push_back(dev_alloc(q8_bytes(g.slots[i].cols)));
       if (act) st->moe_act_q8 = dev_alloc(q8_bytes(act));
@@ -1098,7 +1096,7 @@ class CudaBackend : public Backend {
           }
           kernels += cuda::attention(cur_, c, a, as, step, T, op.heads, op.f, op.window, out, os,
                                      cuda::attention_splits(c, T), ptr<float>(st.attn_scratch), q8,
-                                     attn_tc_ && !opt_.precise, ptr<unsigned>(st.attn_counters));
+                                     attn_tc_ && !opt_.precise);
           break;
         }
         case OpKind::MoeRoute:

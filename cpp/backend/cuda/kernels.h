@@ -225,12 +225,9 @@ int norm_rope_store(cudaStream_t s, const HeadFinishArgs& p, int T);
 // scratch holds rows * splits * (head_dim + 2) floats.
 // q8 (when set; one token, heads * head_dim % 32 == 0): the output row is also quantized.
 // tensor_cores (default mode): prefill over f16 caches runs on the tensor cores (attention_tc.cu).
-// counters (optional; kAttnCounters words, zero before the first launch, left zero): one token's
-// splits are merged by the decode kernel's last block instead of a second launch.
-constexpr int kAttnCounters = 64;
 int attention(cudaStream_t s, const CacheRef& c, const float* q, int q_stride, const StepBuf* step, int T,
               int heads, float scale, int window, float* out, int out_stride, int splits, float* scratch,
-              Q8Vec q8 = {}, bool tensor_cores = false, unsigned* counters = nullptr);
+              Q8Vec q8 = {}, bool tensor_cores = false);
 int attention_splits(const CacheRef& c, int T);  // the split count the backend should use
 size_t attention_smem_limit();                     // called once: raises the kernels' smem limit
 

@@ -346,7 +346,7 @@ __global__ void __launch_bounds__(THREADS) gate_up_q8_kernel(WeightRef w, int E,
   }
 }
 
-// grid: H / kDownRows; a block computes kDownRows output rows over all k experts (the units of
+// grid: H / ROWS; a block computes ROWS output rows over all k experts (the units of
 // the k expert rows are concatenated), weighting each expert's part by its route weight, so the
 // weighted sum needs no second pass and no atomics. Each thread has FLIGHT units' loads in flight
 // before its first sum: the 26B-A4B shape has 8 x 44 = 352 units a row, which 2 a thread (the
@@ -358,9 +358,11 @@ __global__ void __launch_bounds__(THREADS) gate_up_q8_kernel(WeightRef w, int E,
 // after its own wait (trigger_late): this kernel is launched after the quantization kernel, which
 // is launched once every gate/up block has passed its wait, i.e. once the router has finished.
 // The route is read through L2 (__ldcg), never from a stale L1 line of an earlier layer's.
-constexpr int kDownRows = 2;  // 4: 1 us a layer slower on the H200
+// ROWS: output rows a block (kDownRows; 4 ran 1 us a layer slower on the H200 before the early
+// reads, MARKBASE_CUDA_DOWN_ROWS=4 for A/B).
+constexpr int kDownRows = 2;
 
-template <int TYPE, int FLIGHT>
+template <int TYPE, int FLIGHT, int ROWS>
 __global__ void __launch_bounds__(kQ8Threads) down_q8_kernel(WeightRef w, int E, int Ie, int H, int k,
                                                               const float* route, HostIds hid, Q8Vec act,
                                                               float* out, bool early) {
@@ -372,14 +374,14 @@ __global__ void __launch_bounds__(kQ8Threads) down_q8_kernel(WeightRef w, int E,
   // a hot spot of one L2 slice (the kernel ran twice as long that way: session 14).
   for (int i = threadIdx.x; i < 2 * k; i += kQ8Threads) rt[i] = __ldcg(route + i);
   __syncthreads();
-  const int h0 = blockIdx.x * kDownRows;
+  const int h0 = blockIdx.x * ROWS;
   const int upe = Ie / 16;  // units per expert row
-  float acc[kDownRows];
+  float acc[ROWS];
 #pragma unroll
-  for (int r = 0; r < kDownRows; ++r) acc[r] = 0.0f;
+  for (int r = 0; r < ROWS; ++r) acc[r] = 0.0f;
   const int units = k * upe;
   for (int u = threadIdx.x; u < units; u += FLIGHT * kQ8Threads) {
-    WUnit wu[FLIGHT][kDownRows];
+    WUnit wu[FLIGHT][ROWS];
     XUnit xu[FLIGHT];
     float wgt[FLIGHT];
     bool ok[FLIGHT];
@@ -393,7 +395,7 @@ __global__ void __launch_bounds__(kQ8Threads) down_q8_kernel(WeightRef w, int E,
       wgt[f] = rt[2 * j];
       const mb_u8* base = w.data + static_cast<size_t>(e) * w.expert_bytes;
 #pragma unroll
-      for (int r = 0; r < kDownRows; ++r)
+      for (int r = 0; r < ROWS; ++r)
         wu[f][r] = load_w_unit<TYPE>(base + static_cast<size_t>(min(h0 + r, H - 1)) * w.row_bytes, uu);
     }
     if (!waited) {
@@ -410,13 +412,13 @@ __global__ void __launch_bounds__(kQ8Threads) down_q8_kernel(WeightRef w, int E,
     for (int f = 0; f < FLIGHT; ++f) {
       if (!ok[f]) break;
 #pragma unroll
-      for (int r = 0; r < kDownRows; ++r) acc[r] += wgt[f] * unit_dot<TYPE>(wu[f][r], xu[f]);
+      for (int r = 0; r < ROWS; ++r) acc[r] += wgt[f] * unit_dot<TYPE>(wu[f][r], xu[f]);
     }
   }
   if (!waited) pdl_wait();  // a thread with no unit: nothing is written before the wait
-  __shared__ float part[kQ8Threads / 32][kDownRows];
+  __shared__ float part[kQ8Threads / 32][ROWS];
   warp_partials(acc, part);
-  if (threadIdx.x < kDownRows && h0 + static_cast<int>(threadIdx.x) < H) {
+  if (threadIdx.x < ROWS && h0 + static_cast<int>(threadIdx.x) < H) {
     float v = 0.0f;
 #pragma unroll
     for (int i = 0; i < kQ8Threads / 32; ++i) v += part[i][threadIdx.x];
@@ -481,19 +483,21 @@ __global__ void combine_kernel(const float* route, int rs, const float* y, int H
 // Decode experts on the quantized x: gate/up with gu_warps warps a block (1-4), the quantization
 // of their output, and down with `flight` units a thread in flight (2-4).
 template <int TYPE>
-void experts_q8(cudaStream_t s, int gu_warps, int flight, bool dn_early, const WeightRef& gu, const WeightRef& dn,
+void experts_q8(cudaStream_t s, int gu_warps, int flight, int dn_rows, int dn_early, const WeightRef& gu,
+                const WeightRef& dn,
                 int E, int Ie, int H, int k, Q8Vec x_q8, const float* route, const HostIds& hid, float* act,
                 Q8Vec act_q8, float* out) {
   constexpr decltype(&gate_up_q8_kernel<TYPE, 32>) gate_up[] = {
       gate_up_q8_kernel<TYPE, 32>, gate_up_q8_kernel<TYPE, 64>, gate_up_q8_kernel<TYPE, 96>,
       gate_up_q8_kernel<TYPE, 128>};
-  constexpr decltype(&down_q8_kernel<TYPE, 2>) down[] = {down_q8_kernel<TYPE, 2>, down_q8_kernel<TYPE, 3>,
-                                                         down_q8_kernel<TYPE, 4>};
+  constexpr decltype(&down_q8_kernel<TYPE, 2, 2>) down[2][3] = {
+      {down_q8_kernel<TYPE, 2, 2>, down_q8_kernel<TYPE, 3, 2>, down_q8_kernel<TYPE, 4, 2>},
+      {down_q8_kernel<TYPE, 2, 4>, down_q8_kernel<TYPE, 3, 4>, down_q8_kernel<TYPE, 4, 4>}};
   enqueue(gate_up[gu_warps - 1], dim3(MB_BLOCKS(Ie, kPairs), k), 32 * gu_warps, 0, s, gu, E, Ie, k, x_q8, route, hid,
-          act, dn_early);
-  quantize_q8(s, act, 0, k * Ie, 1, act_q8, 0);
-  enqueue(down[flight - 2], MB_BLOCKS(H, kDownRows), kQ8Threads, 2 * k * sizeof(float), s, dn, E, Ie, H, k, route,
-          hid, act_q8, out, dn_early);
+          act, dn_early == 1);
+  quantize_q8(s, act, 0, k * Ie, 1, act_q8, 0, dn_early == 2);
+  enqueue(down[dn_rows == 4][flight - 2], MB_BLOCKS(H, dn_rows), kQ8Threads, 2 * k * sizeof(float), s, dn, E, Ie, H, k, route,
+          hid, act_q8, out, dn_early != 0);
 }
 
 }  // namespace
@@ -524,9 +528,13 @@ int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn,
     static const int gu_forced = env_digit("MARKBASE_CUDA_GATE_UP_WARPS", 1, 4);
     const int gu_warps = gu_forced ? gu_forced : q8_row_warps(gu.K, 1);
     // The down kernel's early reads (above). A/B switch: MARKBASE_CUDA_DOWN_EARLY=0.
-    static const bool dn_early = env_flag("MARKBASE_CUDA_DOWN_EARLY", true);
+    // =2: the quantization kernel between them triggers after its wait instead of gate/up.
+    static const int dn_early = !env_flag("MARKBASE_CUDA_DOWN_EARLY", true)              ? 0
+                                : env_digit("MARKBASE_CUDA_DOWN_EARLY", 1, 2) == 2 ? 2
+                                                                                   : 1;
+    static const int dn_rows = env_digit("MARKBASE_CUDA_DOWN_ROWS", 4, 4) ? 4 : kDownRows;
     auto run = gu.type == MB_Q4_0 ? experts_q8<MB_Q4_0> : experts_q8<MB_Q8_0>;
-    run(s, gu_warps, flight, dn_early, gu, dn, E, Ie, H, k, x_q8, route, hid, act, act_q8, out);
+    run(s, gu_warps, flight, dn_rows, dn_early, gu, dn, E, Ie, H, k, x_q8, route, hid, act, act_q8, out);
     return 3;
   }
   const dim3 block(kWarps * 32);

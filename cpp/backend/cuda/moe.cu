@@ -358,9 +358,7 @@ __global__ void __launch_bounds__(THREADS) gate_up_q8_kernel(WeightRef w, int E,
 // after its own wait (trigger_late): this kernel is launched after the quantization kernel, which
 // is launched once every gate/up block has passed its wait, i.e. once the router has finished.
 // The route is read through L2 (__ldcg), never from a stale L1 line of an earlier layer's.
-// ROWS: output rows a block (kDownRows; 4 ran 1 us a layer slower on the H200 before the early
-// reads, MARKBASE_CUDA_DOWN_ROWS=4 for A/B).
-constexpr int kDownRows = 2;
+// ROWS: output rows a block, 2 or 4 (experts_q8 picks).
 
 template <int TYPE, int FLIGHT, int ROWS>
 __global__ void __launch_bounds__(kQ8Threads) down_q8_kernel(WeightRef w, int E, int Ie, int H, int k,
@@ -483,7 +481,7 @@ __global__ void combine_kernel(const float* route, int rs, const float* y, int H
 // Decode experts on the quantized x: gate/up with gu_warps warps a block (1-4), the quantization
 // of their output, and down with `flight` units a thread in flight (2-4).
 template <int TYPE>
-void experts_q8(cudaStream_t s, int gu_warps, int flight, int dn_rows, int dn_early, const WeightRef& gu,
+void experts_q8(cudaStream_t s, int gu_warps, int flight, int forced_rows, int dn_early, const WeightRef& gu,
                 const WeightRef& dn,
                 int E, int Ie, int H, int k, Q8Vec x_q8, const float* route, const HostIds& hid, float* act,
                 Q8Vec act_q8, float* out) {
@@ -493,10 +491,22 @@ void experts_q8(cudaStream_t s, int gu_warps, int flight, int dn_rows, int dn_ea
   constexpr decltype(&down_q8_kernel<TYPE, 2, 2>) down[2][3] = {
       {down_q8_kernel<TYPE, 2, 2>, down_q8_kernel<TYPE, 3, 2>, down_q8_kernel<TYPE, 4, 2>},
       {down_q8_kernel<TYPE, 2, 4>, down_q8_kernel<TYPE, 3, 4>, down_q8_kernel<TYPE, 4, 4>}};
+  // Rows a block of the down kernel: 2, or 4 when the blocks of 2 rows would not all be resident
+  // at once. Its early reads (down_q8_kernel's `early`) go out before the wait only in the blocks
+  // resident then: the 26B-A4B's 1408 blocks of 2 rows against 8 an SM (1.3 waves) took 6.0 us
+  // on the critical path, its 704 blocks of 4 against 6 an SM 2.8 us (H200, session 14, call 7).
+  int rows = forced_rows;
+  if (!rows) {
+    int per_sm = 0;
+    const size_t smem = 2 * k * sizeof(float);
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, down[0][flight - 2], kQ8Threads, smem) != cudaSuccess)
+      per_sm = 0;
+    rows = MB_BLOCKS(H, 2) > static_cast<unsigned>(per_sm * sm_count()) ? 4 : 2;
+  }
   enqueue(gate_up[gu_warps - 1], dim3(MB_BLOCKS(Ie, kPairs), k), 32 * gu_warps, 0, s, gu, E, Ie, k, x_q8, route, hid,
           act, dn_early == 1);
   quantize_q8(s, act, 0, k * Ie, 1, act_q8, 0, dn_early == 2);
-  enqueue(down[dn_rows == 4][flight - 2], MB_BLOCKS(H, dn_rows), kQ8Threads, 2 * k * sizeof(float), s, dn, E, Ie, H, k, route,
+  enqueue(down[rows == 4][flight - 2], MB_BLOCKS(H, rows), kQ8Threads, 2 * k * sizeof(float), s, dn, E, Ie, H, k, route,
           hid, act_q8, out, dn_early != 0);
 }
 
@@ -532,7 +542,11 @@ int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn,
     static const int dn_early = !env_flag("MARKBASE_CUDA_DOWN_EARLY", true)              ? 0
                                 : env_digit("MARKBASE_CUDA_DOWN_EARLY", 1, 2) == 2 ? 2
                                                                                    : 1;
-    static const int dn_rows = env_digit("MARKBASE_CUDA_DOWN_ROWS", 4, 4) ? 4 : kDownRows;
+    // MARKBASE_CUDA_DOWN_ROWS=2 or 4 forces the down kernel's rows a block (experts_q8 picks).
+    static const int dn_rows = [] {
+      const int r = env_digit("MARKBASE_CUDA_DOWN_ROWS", 2, 4);
+      return r == 3 ? 0 : r;
+    }();
     auto run = gu.type == MB_Q4_0 ? experts_q8<MB_Q4_0> : experts_q8<MB_Q8_0>;
     run(s, gu_warps, flight, dn_rows, dn_early, gu, dn, E, Ie, H, k, x_q8, route, hid, act, act_q8, out);
     return 3;

@@ -88,9 +88,7 @@ struct MatvecJobs {
 };
 int matvec_q8(cudaStream_t s, MatvecJobs jobs, Q8Vec x, int K);
 // q.q/q.d of row r start at r * q_stride bytes / r * q_stride / 32 scales (q_stride % 32 == 0).
-// trigger_late: the next kernel launches only after this one's programmatic wait (moe.cu).
-int quantize_q8(cudaStream_t s, const float* a, int a_stride, int n, int rows, Q8Vec q, int q_stride,
-                bool trigger_late = false);
+int quantize_q8(cudaStream_t s, const float* a, int a_stride, int n, int rows, Q8Vec q, int q_stride);
 
 // --- matmul.cu: the same for many tokens (prefill), tiled. precise: float32 FMA; otherwise the
 // tiles are dequantized to f16 and multiplied on the tensor cores (f32 accumulation).

@@ -25,14 +25,8 @@ constexpr int kTallN = 65536;
 const bool tall_staged_ = env_flag("MARKBASE_CUDA_TALL_STAGED", true);
 
 // One row of `n` values per blockIdx.y; 32 consecutive values per warp (one q8 block).
-// trigger_late: the next kernel is launched only once this one has passed its wait.
-__global__ void quantize_q8_kernel(const float* a, int as, int n, Q8Vec q, int qs, bool trigger_late) {
-  if (trigger_late) {
-    pdl_wait();
-    pdl_trigger();
-  } else {
-    pdl_entry();
-  }
+__global__ void quantize_q8_kernel(const float* a, int as, int n, Q8Vec q, int qs) {
+  pdl_entry();
   const int row = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
   const float v = j < n ? a[static_cast<size_t>(row) * as + j] : 0.0f;
   const Q8Vec qr{q.q + static_cast<size_t>(row) * qs, q.d + static_cast<size_t>(row) * (qs / 32)};
@@ -182,9 +176,8 @@ int launch_rows(cudaStream_t s, MatvecJobs jobs, Q8Vec x, int K) {
 
 }  // namespace
 
-int quantize_q8(cudaStream_t s, const float* a, int a_stride, int n, int rows, Q8Vec q, int q_stride,
-                bool trigger_late) {
-  enqueue(quantize_q8_kernel, dim3(MB_BLOCKS(n, 256), rows), 256, 0, s, a, a_stride, n, q, q_stride, trigger_late);
+int quantize_q8(cudaStream_t s, const float* a, int a_stride, int n, int rows, Q8Vec q, int q_stride) {
+  enqueue(quantize_q8_kernel, dim3(MB_BLOCKS(n, 256), rows), 256, 0, s, a, a_stride, n, q, q_stride);
   return 1;
 }
 

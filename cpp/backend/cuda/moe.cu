@@ -357,8 +357,8 @@ __global__ void __launch_bounds__(THREADS) gate_up_q8_kernel(WeightRef w, int E,
 // products read theirs. That is safe only because the gate/up kernel then triggers its dependents
 // after its own wait (trigger_late): this kernel is launched after the quantization kernel, which
 // is launched once every gate/up block has passed its wait, i.e. once the router has finished.
-// The route is read through L2 (__ldcg), never from a stale L1 line of an earlier layer's.
-// ROWS: output rows a block, 2 or 4 (experts_q8 picks).
+// The route is read once a block through L2 (__ldcg), never from a stale L1 line of an earlier
+// layer's. ROWS: output rows a block, 2 or 4 (experts_q8 picks).
 
 template <int TYPE, int FLIGHT, int ROWS>
 __global__ void __launch_bounds__(kQ8Threads) down_q8_kernel(WeightRef w, int E, int Ie, int H, int k,
@@ -481,10 +481,9 @@ __global__ void combine_kernel(const float* route, int rs, const float* y, int H
 // Decode experts on the quantized x: gate/up with gu_warps warps a block (1-4), the quantization
 // of their output, and down with `flight` units a thread in flight (2-4).
 template <int TYPE>
-void experts_q8(cudaStream_t s, int gu_warps, int flight, int forced_rows, int dn_early, const WeightRef& gu,
-                const WeightRef& dn,
-                int E, int Ie, int H, int k, Q8Vec x_q8, const float* route, const HostIds& hid, float* act,
-                Q8Vec act_q8, float* out) {
+void experts_q8(cudaStream_t s, int gu_warps, int flight, int forced_rows, bool dn_early, const WeightRef& gu,
+                const WeightRef& dn, int E, int Ie, int H, int k, Q8Vec x_q8, const float* route,
+                const HostIds& hid, float* act, Q8Vec act_q8, float* out) {
   constexpr decltype(&gate_up_q8_kernel<TYPE, 32>) gate_up[] = {
       gate_up_q8_kernel<TYPE, 32>, gate_up_q8_kernel<TYPE, 64>, gate_up_q8_kernel<TYPE, 96>,
       gate_up_q8_kernel<TYPE, 128>};
@@ -504,10 +503,10 @@ void experts_q8(cudaStream_t s, int gu_warps, int flight, int forced_rows, int d
     rows = MB_BLOCKS(H, 2) > static_cast<unsigned>(per_sm * sm_count()) ? 4 : 2;
   }
   enqueue(gate_up[gu_warps - 1], dim3(MB_BLOCKS(Ie, kPairs), k), 32 * gu_warps, 0, s, gu, E, Ie, k, x_q8, route, hid,
-          act, dn_early == 1);
-  quantize_q8(s, act, 0, k * Ie, 1, act_q8, 0, dn_early == 2);
+          act, dn_early);
+  quantize_q8(s, act, 0, k * Ie, 1, act_q8, 0);
   enqueue(down[rows == 4][flight - 2], MB_BLOCKS(H, rows), kQ8Threads, 2 * k * sizeof(float), s, dn, E, Ie, H, k, route,
-          hid, act_q8, out, dn_early != 0);
+          hid, act_q8, out, dn_early);
 }
 
 }  // namespace
@@ -538,10 +537,7 @@ int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn,
     static const int gu_forced = env_digit("MARKBASE_CUDA_GATE_UP_WARPS", 1, 4);
     const int gu_warps = gu_forced ? gu_forced : q8_row_warps(gu.K, 1);
     // The down kernel's early reads (above). A/B switch: MARKBASE_CUDA_DOWN_EARLY=0.
-    // =2: the quantization kernel between them triggers after its wait instead of gate/up.
-    static const int dn_early = !env_flag("MARKBASE_CUDA_DOWN_EARLY", true)              ? 0
-                                : env_digit("MARKBASE_CUDA_DOWN_EARLY", 1, 2) == 2 ? 2
-                                                                                   : 1;
+    static const bool dn_early = env_flag("MARKBASE_CUDA_DOWN_EARLY", true);
     // MARKBASE_CUDA_DOWN_ROWS=2 or 4 forces the down kernel's rows a block (experts_q8 picks).
     static const int dn_rows = [] {
       const int r = env_digit("MARKBASE_CUDA_DOWN_ROWS", 2, 4);

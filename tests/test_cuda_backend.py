@@ -118,6 +118,12 @@ def _run_with_env(code: str, env: dict) -> str:
     return r.stdout
 
 
+def _json_with_env(code: str, env: dict):
+    """The JSON value on the last line that `code` prints, run with `env` added."""
+    import json
+    return json.loads(_run_with_env(code, env).strip().splitlines()[-1])
+
+
 def test_host_routing_switch(need_cuda, tiny_models):
     """MARKBASE_CUDA_HOST_ROUTING=1 reads the router's top-k back in every MoE layer: same
     tokens, one extra host wait per MoE layer."""
@@ -126,9 +132,8 @@ def test_host_routing_switch(need_cuda, tiny_models):
     code = (f"import markbase, json\nm = markbase.Model.load({tm.path!r}, backend='cuda', precise=True)\n"
             f"t = list(m.generate_tokens({list(ids)!r}, max_tokens=6, temperature=0.0))\n"
             "print(json.dumps([t, m.stats()['host_waits_per_token'], m.config['n_layers']]))")
-    import json
-    dev = json.loads(_run_with_env(code, {"MARKBASE_CUDA_HOST_ROUTING": "0"}).strip().splitlines()[-1])
-    host = json.loads(_run_with_env(code, {"MARKBASE_CUDA_HOST_ROUTING": "1"}).strip().splitlines()[-1])
+    dev = _json_with_env(code, {"MARKBASE_CUDA_HOST_ROUTING": "0"})
+    host = _json_with_env(code, {"MARKBASE_CUDA_HOST_ROUTING": "1"})
     assert dev[0] == host[0]
     assert dev[1] == 1
     assert host[1] == 1 + dev[2], (host, dev)
@@ -296,14 +301,12 @@ def test_decode_scheduling_switches_bit_identical(need_cuda, tmp_path):
             f"l = np.asarray(m.logits({ids!r}))\n"
             f"t = list(m.generate_tokens({ids!r}, max_tokens=6, temperature=0.0))\n"
             "print(json.dumps([hashlib.sha256(l.tobytes()).hexdigest(), t, bool(np.isfinite(l).all())]))")
-    import json
-    on = json.loads(_run_with_env(code, {}).strip().splitlines()[-1])
+    on = _json_with_env(code, {})
     switches = {f"MARKBASE_CUDA_{n}": "0" for n in ["ATTN_EARLY", "ATTN_GSPLIT", "FINISH_EARLY", "ROUTER_SCALE_EARLY"]}
-    off = json.loads(_run_with_env(code, switches).strip().splitlines()[-1])
+    off = _json_with_env(code, switches)
     # the MoE down kernel with 2 and 4 units a thread in flight instead of 3: the same sums in the same order
-    flight = [json.loads(_run_with_env(code, {"MARKBASE_CUDA_DOWN_FLIGHT": f}).strip().splitlines()[-1]) for f in "24"]
-    down = [json.loads(_run_with_env(code, {f"MARKBASE_CUDA_DOWN_{n}": v}).strip().splitlines()[-1])
-            for n, v in [("EARLY", "0"), ("ROWS", "2")]]
+    flight = [_json_with_env(code, {"MARKBASE_CUDA_DOWN_FLIGHT": f}) for f in "24"]
+    down = [_json_with_env(code, {f"MARKBASE_CUDA_DOWN_{n}": v}) for n, v in [("EARLY", "0"), ("ROWS", "2")]]
     path.unlink(missing_ok=True)
     assert on[2] and off[2]
     assert on == off

@@ -389,7 +389,7 @@ __global__ void __launch_bounds__(kQ8Threads) down_q8_kernel(WeightRef w, int E,
       ok[f] = v0 < units;
       const int v = ok[f] ? v0 : u;  // past the end: a repeat of unit u (no new traffic), not summed
       const int j = v / upe, uu = v - j * upe;
-      const int e = min(max(hid.n ? hid.ids[j] : static_cast<int>(rt[2 * j + 1]), 0), E - 1);
+      const int e = expert_of(rt, 0, 0, j, E, hid, k);
       wgt[f] = rt[2 * j];
       const mb_u8* base = w.data + static_cast<size_t>(e) * w.expert_bytes;
 #pragma unroll

@@ -291,7 +291,9 @@ def test_decode_scheduling_switches_bit_identical(need_cuda, tmp_path):
     subprocesses); so are they with the MoE down kernel's loads in flight changed
     (MARKBASE_CUDA_DOWN_FLIGHT=2, 4), with 2 output rows a block instead of 4
     (MARKBASE_CUDA_DOWN_ROWS=2) and with its route and weights read after its wait
-    (MARKBASE_CUDA_DOWN_EARLY=0). Every token goes through the decode graph (prefill chunk 1);
+    (MARKBASE_CUDA_DOWN_EARLY=0), and with the decode attention combine's loads issued one
+    round trip after another (MARKBASE_CUDA_COMBINE_ONE_TRIP=0). Every token goes through the
+    decode graph (prefill chunk 1);
     on the 26B-A4B shape with a 512-token context both layer kinds take the split query rows (the
     full layer: 2 KV heads of 8 heads)."""
     path, summary, rng = _synthetic(tmp_path, "26b-sched", preset="26b-a4b", layers=3, vocab=4096, qtype="q4_0")
@@ -304,12 +306,15 @@ def test_decode_scheduling_switches_bit_identical(need_cuda, tmp_path):
     on = _json_with_env(code, {})
     switches = {f"MARKBASE_CUDA_{n}": "0" for n in ["ATTN_EARLY", "ATTN_GSPLIT", "FINISH_EARLY", "ROUTER_SCALE_EARLY"]}
     off = _json_with_env(code, switches)
+    # the decode attention's combine with its loads one round trip after another
+    trips = _json_with_env(code, {"MARKBASE_CUDA_COMBINE_ONE_TRIP": "0"})
     # the MoE down kernel with 2 and 4 units a thread in flight instead of 3: the same sums in the same order
     flight = [_json_with_env(code, {"MARKBASE_CUDA_DOWN_FLIGHT": f}) for f in "24"]
     down = [_json_with_env(code, {f"MARKBASE_CUDA_DOWN_{n}": v}) for n, v in [("EARLY", "0"), ("ROWS", "2")]]
     path.unlink(missing_ok=True)
     assert on[2] and off[2]
     assert on == off
+    assert trips == on
     assert flight == [on, on]
     assert down == [on, on]
 

@@ -480,25 +480,48 @@ __global__ void __launch_bounds__(kDecThreads) attention_decode_kernel(AttnArgs 
 // version recomputed them for every column, a chain of dependent loads that took ~30 us a layer
 // on the H200); the columns then sum their splits with independent loads. Q8: the output row is
 // also quantized (q8.cuh; head_dim % 32 == 0, so each warp holds one block).
+// one_trip: every load is issued at once after the wait, so the kernel waits for one memory round
+// trip, not three (a split's sum read only once its maximum was, then the columns only once the
+// weights were): each split's (m, l) pair is one 8-byte load, and each column's first 32 splits
+// are loaded before the weights exist (an empty split's stale values are never summed: its weight
+// is 0). The same sums in the same order either way.
 template <bool Q8>
 __global__ void attention_combine_kernel(const float* scratch, int heads, int d, int splits, float* out, int os,
-                                         Q8Vec q8) {
+                                         Q8Vec q8, bool one_trip) {
   pdl_entry();
   __shared__ float wt[kMaxSplits];
   __shared__ int s_count;
   const int row = blockIdx.x, t = row / heads, h = row % heads;
   const float* sp = scratch + static_cast<size_t>(row) * splits * (d + 2);
+  const int c = threadIdx.x;
+  float x0[32];  // one_trip: column c of splits 0-31
+  if (one_trip && c < d) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) x0[i] = i < splits ? sp[i * (d + 2) + 2 + c] : 0.0f;
+  }
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
     float m[kMaxSplits / 32], l[kMaxSplits / 32];
     float M = -INFINITY;
+    if (one_trip) {  // (m, l) as one 8-byte load: a split's row starts at an even float offset
 #pragma unroll
-    for (int i = 0; i < kMaxSplits / 32; ++i) {
-      const int sidx = lane + 32 * i;
-      m[i] = sidx < splits ? sp[sidx * (d + 2)] : -INFINITY;
-      l[i] = sidx < splits && m[i] != -INFINITY ? sp[sidx * (d + 2) + 1] : 0.0f;
-      M = fmaxf(M, m[i]);
+      for (int i = 0; i < kMaxSplits / 32; ++i) {
+        const int sidx = lane + 32 * i;
+        const float2 ml = sidx < splits ? *reinterpret_cast<const float2*>(sp + sidx * (d + 2))
+                                        : make_float2(-INFINITY, 0.0f);
+        m[i] = ml.x;
+        l[i] = m[i] != -INFINITY ? ml.y : 0.0f;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kMaxSplits / 32; ++i) {
+        const int sidx = lane + 32 * i;
+        m[i] = sidx < splits ? sp[sidx * (d + 2)] : -INFINITY;
+        l[i] = sidx < splits && m[i] != -INFINITY ? sp[sidx * (d + 2) + 1] : 0.0f;
+      }
     }
+#pragma unroll
+    for (int i = 0; i < kMaxSplits / 32; ++i) M = fmaxf(M, m[i]);
     M = warp_max(M);
     float L = 0.0f;
 #pragma unroll
@@ -517,11 +540,18 @@ __global__ void attention_combine_kernel(const float* scratch, int heads, int d,
     if (lane == 0) s_count = last + 1;
   }
   __syncthreads();
-  const int c = threadIdx.x, count = s_count;
+  const int count = s_count;
   float v = 0.0f;
   if (c < d) {
+    int s0 = 0;
+    if (one_trip) {
+#pragma unroll
+      for (int i = 0; i < 32; ++i)
+        if (i < count) v += wt[i] * (wt[i] != 0.0f ? x0[i] : 0.0f);
+      s0 = 32;
+    }
     // 32 splits' loads in flight at a time (one memory round trip for up to 32 splits)
-    for (int s0 = 0; s0 < count; s0 += 32) {
+    for (; s0 < count; s0 += 32) {
       float x[32];
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
@@ -543,8 +573,10 @@ size_t smem_bytes(int d, int warps) { return (static_cast<size_t>(kTile) * (2 * 
 
 // A/B switches (on by default): MARKBASE_CUDA_ATTN_EARLY=0 copies every chunk of the decode kernel
 // after the PDL wait, MARKBASE_CUDA_ATTN_GSPLIT=0 keeps a KV head's query rows in one block,
-// MARKBASE_CUDA_FINISH_EARLY=0 has norm_rope_store load its constants after its wait. None changes
-// the arithmetic (tests/test_cuda_backend.py checks the logits bit for bit).
+// MARKBASE_CUDA_FINISH_EARLY=0 has norm_rope_store load its constants after its wait,
+// MARKBASE_CUDA_COMBINE_ONE_TRIP=0 has the combine read the splits' sums, then the columns, after
+// their maxima. None changes the arithmetic (tests/test_cuda_backend.py checks the logits bit for
+// bit).
 
 size_t attention_smem_limit() {
   const size_t need = smem_bytes(kMaxDim, kMaxWarps);
@@ -589,6 +621,8 @@ int attention(cudaStream_t s, const CacheRef& c, const float* q, int qs, const S
   const int rows = T * group, warps = std::min(kMaxWarps, rows);
   static const bool early = env_flag("MARKBASE_CUDA_ATTN_EARLY", true);
   static const bool gsplit_on = env_flag("MARKBASE_CUDA_ATTN_GSPLIT", true);
+  static const bool one_trip_on = env_flag("MARKBASE_CUDA_COMBINE_ONE_TRIP", true);
+  const bool one_trip = one_trip_on && (reinterpret_cast<uintptr_t>(scratch) & 7) == 0 && c.head_dim % 2 == 0;
   AttnArgs p{c, q, qs, step, T, heads, group, window, splits, warps, scale, out, os, scratch, early, 1};
   if (T == 1 && splits > 1 && c.f16 && decode_kernel_fits(c.head_dim, group) &&
       (reinterpret_cast<uintptr_t>(q) & 15) == 0) {  // decode, f16 caches
@@ -605,12 +639,14 @@ int attention(cudaStream_t s, const CacheRef& c, const float* q, int qs, const S
   }
   const int threads = (c.head_dim + 31) / 32 * 32;
   if (splits > 1 && q8.q && c.head_dim % 32 == 0) {
-    enqueue(attention_combine_kernel<true>, T * heads, threads, 0, s, scratch, heads, c.head_dim, splits, out, os, q8);
+    enqueue(attention_combine_kernel<true>, T * heads, threads, 0, s, scratch, heads, c.head_dim, splits, out, os, q8,
+            one_trip);
     return 2;
   }
   int launched = 1;
   if (splits > 1) {
-    enqueue(attention_combine_kernel<false>, T * heads, threads, 0, s, scratch, heads, c.head_dim, splits, out, os, q8);
+    enqueue(attention_combine_kernel<false>, T * heads, threads, 0, s, scratch, heads, c.head_dim, splits, out, os, q8,
+            one_trip);
     ++launched;
   }
   if (q8.q) launched += quantize_q8(s, out, os, heads * c.head_dim, 1, q8, 0);

@@ -6,6 +6,8 @@
 # critical-path trace) and AB_ENV (bench stage, full file): env settings to A/B against the
 # default in the same call.
 # At most 8 files come back from a device call: the stages test, kern, bench and llama write 8.
+# The llama.cpp build takes 270-360 s beside the test and kern stages: with all four, BUDGET=560
+# (at 420 the fifteenth session's final call ran out before the dense, E4B and llama rows).
 # Carried: .whl (transformers 5.23 for the tiny models), .gpu/llama.cpp-src.tar.gz (trimmed
 # llama.cpp of the llama-cpp-python 0.3.36 sdist): `bash bench/cuda/make_carry.sh` makes both. Logs and
 # JSON go to $OUT.
@@ -19,6 +21,10 @@ log() { echo "[$(($(date +%s) - T0))s] $*" | tee -a "$OUT/run.log"; }
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 export PYTHONUNBUFFERED=1
 M=/tmp/models; mkdir -p $M
+# A machine still warm from an earlier call keeps /tmp: its "done" markers would let this call
+# read model files that its own generators are rewriting (session 15: "file truncated or
+# corrupt" errors) and start llama-bench while ninja relinks it.
+rm -f $M/*.done /tmp/llama/done
 
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv | tee -a "$OUT/run.log"
 if [ -d .whl ]; then

@@ -93,7 +93,9 @@ if has kern; then  # decode per op, timed inside the CUDA graph (6-layer 26B-A4B
   # Each decode op's time on the critical path with programmatic launch on (MARKBASE_CUDA_TRACE,
   # one stream), on the 6-layer file and its dense equivalent: the profile above times ops one at
   # a time, which hides how much of each kernel overlaps the one before.
-  for f in g4-26b-6L g4-26b-dense-6L; do
+  # and the E4B shape (per-layer embeddings, KV sharing) on 6 layers: where its decode goes
+  python3 bench/make_synthetic_gguf.py $M/g4-e4b-6L.gguf --preset e4b --layers 6 --type q4_0 > /dev/null 2>&1
+  for f in g4-26b-6L g4-26b-dense-6L g4-e4b-6L; do
     echo "== $f" >> "$OUT/kern_trace.txt"
     MARKBASE_CUDA_TRACE=1 "$BENCH" --model $M/$f.gguf --backend cuda --prompt-tokens 512 --gen-tokens 64 \
       --repeats 1 --json 2>&1 | grep "cuda trace" | grep -v "T=512" >> "$OUT/kern_trace.txt"

@@ -328,6 +328,30 @@ def test_q8_decode_tall_lm_head(need_cuda, tmp_path, qtype):
     assert _greedy(gpu, ids, 2)[0] == int(np.argmax(got[-1]))
 
 
+@pytest.mark.parametrize("vocab", [4096, 65541], ids=["rows", "tall"])
+def test_lm_head_softcap_bit_identical(need_cuda, tmp_path, vocab):
+    """Default-mode decode folds the final softcap into the LM head's product (both of its
+    kernels: rows, and the staged one past 65536 rows), in the softcap kernel's arithmetic: the
+    logits and tokens must be bit-identical to the separate softcap launch
+    (MARKBASE_CUDA_HEAD_SOFTCAP=0), and one kernel a token fewer. (At the synthetic files' logit
+    scale a missing or doubled softcap moves the logits by ~0.2 %, inside the CPU comparison's
+    bound, so only this test would see it.)"""
+    path, summary, rng = _synthetic(tmp_path, f"e2b-cap-{vocab}", preset="e2b", layers=2, vocab=vocab, qtype="q4_0")
+    ids = _ids(summary, 8, rng)
+    code = (f"import markbase, numpy as np, hashlib, json\n"
+            f"m = markbase.Model.load({str(path)!r}, backend='cuda', prefill_chunk=1)\n"
+            f"l = np.asarray(m.logits({ids!r}))\n"
+            f"t = list(m.generate_tokens({ids!r}, max_tokens=4, temperature=0.0))\n"
+            "print(json.dumps([hashlib.sha256(l.tobytes()).hexdigest(), t, m.config['final_logit_softcapping'], "
+            "m.stats()['kernels_per_token']]))")
+    on = _json_with_env(code, {})
+    apart = _json_with_env(code, {"MARKBASE_CUDA_HEAD_SOFTCAP": "0"})
+    path.unlink(missing_ok=True)
+    assert on[2] > 0  # the file has a final softcap
+    assert on[:3] == apart[:3]
+    assert on[3] == apart[3] - 1
+
+
 @pytest.mark.parametrize("preset,qtype", [("e2b", "q4_0"), ("e2b", "q8_0"), ("26b-a4b", "q4_0")])
 def test_int8_prefill_default_mode(need_cuda, tmp_path, preset, qtype):
     """Prefill in default mode: the Q4_0 / Q8_0 products on quantized rows and the int8 tensor

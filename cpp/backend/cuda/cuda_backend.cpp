@@ -21,7 +21,9 @@
 //    size) to stderr when the backend is destroyed; MARKBASE_CUDA_ATTN_TC=0 keeps
 //    prefill attention on the float32 kernel in default mode too (A/B checks of the tensor-core one);
 //    MARKBASE_CUDA_PDL=0 launches kernels without programmatic dependent launch (common.cuh);
-//    MARKBASE_CUDA_STREAMS=0 keeps every step of a decode graph on one stream (plan_streams).
+//    MARKBASE_CUDA_STREAMS=0 keeps every step of a decode graph on one stream (plan_streams);
+//    MARKBASE_CUDA_HEAD_SOFTCAP=0 launches the final softcap on its own instead of in the LM head's
+//    decode product (the same arithmetic: bit-identical logits).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -229,6 +231,7 @@ class CudaBackend : public Backend {
     trace_ = env_flag("MARKBASE_CUDA_TRACE", false);
     use_graphs_ = env_flag("MARKBASE_CUDA_GRAPH", true) && !host_routing_;
     fuse_ = env_flag("MARKBASE_CUDA_FUSE", true);
+    head_softcap_ = env_flag("MARKBASE_CUDA_HEAD_SOFTCAP", true);
     streams_ = env_flag("MARKBASE_CUDA_STREAMS", true) && !trace_;  // the trace is one stream's order
     int8_prefill_ = env_flag("MARKBASE_CUDA_INT8_PREFILL", true) && !opt_.precise;
     attn_tc_ = env_flag("MARKBASE_CUDA_ATTN_TC", true);
@@ -808,7 +811,10 @@ class CudaBackend : public Backend {
   // A row op that a decode row chain can take (cuda::row_chain).
   static bool chainable(const Graph& g, const Op& op) {
     if (op.out < 0 || g.T != 1 || g.rows(op.out) != 1 || op.n > cuda::kChainMaxN || op.n % 4 != 0) return false;
-    return (op.kind == OpKind::RmsNorm && op.group == op.n) || op.kind == OpKind::Add || op.kind == OpKind::Scale;
+    // LastRow of a one-token graph is a copy (a Scale by 1): the output norm after it joins the
+    // last layer's chain.
+    return (op.kind == OpKind::RmsNorm && op.group == op.n) || op.kind == OpKind::Add || op.kind == OpKind::Scale ||
+           (op.kind == OpKind::LastRow && g.rows(op.a) == 1);
   }
 
   // Enqueues every op of g; returns the number of kernels launched.
@@ -930,7 +936,7 @@ class CudaBackend : public Backend {
               r.b = ptr<float>(st.slots[o.b]);
             } else {
               r.kind = cuda::RowOpKind::Scale;
-              r.f = o.f;
+              r.f = o.kind == OpKind::LastRow ? 1.0f : o.f;
             }
           }
           // Each output that a later product reads quantized is quantized by the op that writes it
@@ -1040,6 +1046,13 @@ class CudaBackend : public Backend {
               ++jobs.count;
               done[j] = 1;
               q8_cols[o.out] = 0;
+            }
+            // The final softcap right after a lone product on its output (the LM head): in its launch.
+            if (const Op* sc = oi + 1 < g.ops.size() ? &g.ops[oi + 1] : nullptr;
+                fuse_ && head_softcap_ && jobs.count == 1 && sc && !done[oi + 1] && sc->kind == OpKind::Softcap && sc->a == op.out &&
+                sc->out == op.out && sc->n == op.n && sc->f > 0.0f) {
+              jobs.softcap = sc->f;
+              done[oi + 1] = 1;
             }
             const int K = static_cast<int>(op.w->cols());
             kernels += cuda::matvec_q8(cur_, jobs, need_q8(op.a, K), K);
@@ -1178,6 +1191,7 @@ class CudaBackend : public Backend {
   cudaStream_t side_ = nullptr;  // a decode graph's independent steps (plan_streams)
   cudaStream_t cur_ = nullptr;   // where encode() launches the current step
   bool host_routing_ = false, use_graphs_ = true, profile_ = false, fuse_ = true, int8_prefill_ = true;
+  bool head_softcap_ = true;
   bool streams_ = true;  // MARKBASE_CUDA_STREAMS=0: every step on one stream
   bool attn_tc_ = true;  // default-mode prefill attention on the tensor cores (attention_tc.cu)
   bool capturing_ = false;           // encode() is recording into a CUDA graph

@@ -85,6 +85,7 @@ struct MatvecJobs {
   float* out[kMaxMatvecJobs] = {};
   int row0[kMaxMatvecJobs + 1] = {};  // filled by matvec_q8
   int count = 0;
+  float softcap = 0.0f;  // > 0: every output y is stored as softcap * tanh(y / softcap) (the LM head's)
 };
 int matvec_q8(cudaStream_t s, MatvecJobs jobs, Q8Vec x, int K);
 // q.q/q.d of row r start at r * q_stride bytes / r * q_stride / 32 scales (q_stride % 32 == 0).

@@ -12,6 +12,10 @@
 namespace markbase::cuda {
 namespace {
 
+// The output as stored: the final softcap folded into the product that writes the logits, in the
+// softcap kernel's arithmetic (norm_rope.cu), saving its launch.
+__device__ __forceinline__ float capped(float y, float cap) { return cap > 0.0f ? cap * tanhf(y / cap) : y; }
+
 constexpr int kThreads = 128;
 // Rows per block: each activation unit load serves all of them. On the H200 (26B-A4B layers, K of
 // 2816 or 2112 against 128 threads) 4 rows ran the o and down products 0.4-0.6 us faster than 2,
@@ -87,7 +91,7 @@ __global__ void __launch_bounds__(THREADS) matvec_q8_kernel(MatvecJobs jobs, Q8V
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < THREADS / 32; ++i) s += part[i][threadIdx.x];
-    out[n0 + threadIdx.x] = s;
+    out[n0 + threadIdx.x] = capped(s, jobs.softcap);
   }
 }
 
@@ -97,7 +101,8 @@ __global__ void __launch_bounds__(THREADS) matvec_q8_kernel(MatvecJobs jobs, Q8V
 // (rows of 16-byte multiples), arrive in shared memory by 16-byte cp.async copies issued before
 // the programmatic wait, and the units are read from there.
 template <int TYPE, int R>
-__global__ void __launch_bounds__(kThreads) matvec_q8_tall_kernel(WeightRef w, int n, float* out, Q8Vec x, int K) {
+__global__ void __launch_bounds__(kThreads) matvec_q8_tall_kernel(WeightRef w, int n, float* out, Q8Vec x, int K,
+                                                                   float cap) {
   pdl_trigger();
   extern __shared__ __align__(16) mb_u8 srows[];
   const int n0 = blockIdx.x * R, nr = min(R, n - n0);
@@ -124,7 +129,7 @@ __global__ void __launch_bounds__(kThreads) matvec_q8_tall_kernel(WeightRef w, i
     float sum = 0.0f;
 #pragma unroll
     for (int i = 0; i < kThreads / 32; ++i) sum += part[i][threadIdx.x];
-    out[n0 + threadIdx.x] = sum;
+    out[n0 + threadIdx.x] = capped(sum, cap);
   }
 }
 
@@ -143,8 +148,10 @@ int launch_tall_staged(cudaStream_t s, const MatvecJobs& jobs, Q8Vec x, int K) {
   const int n = jobs.n[0];
   const unsigned blocks = (n + R - 1) / R;
   const size_t smem = R * w.row_bytes;
-  if (w.type == MB_Q4_0) enqueue(matvec_q8_tall_kernel<MB_Q4_0, R>, blocks, kThreads, smem, s, w, n, jobs.out[0], x, K);
-  else enqueue(matvec_q8_tall_kernel<MB_Q8_0, R>, blocks, kThreads, smem, s, w, n, jobs.out[0], x, K);
+  if (w.type == MB_Q4_0)
+    enqueue(matvec_q8_tall_kernel<MB_Q4_0, R>, blocks, kThreads, smem, s, w, n, jobs.out[0], x, K, jobs.softcap);
+  else
+    enqueue(matvec_q8_tall_kernel<MB_Q8_0, R>, blocks, kThreads, smem, s, w, n, jobs.out[0], x, K, jobs.softcap);
   return 1;
 }
 

@@ -1049,8 +1049,8 @@ class CudaBackend : public Backend {
             }
             // The final softcap right after a lone product on its output (the LM head): in its launch.
             if (const Op* sc = oi + 1 < g.ops.size() ? &g.ops[oi + 1] : nullptr;
-                fuse_ && head_softcap_ && jobs.count == 1 && sc && !done[oi + 1] && sc->kind == OpKind::Softcap && sc->a == op.out &&
-                sc->out == op.out && sc->n == op.n && sc->f > 0.0f) {
+                fuse_ && head_softcap_ && jobs.count == 1 && sc && !done[oi + 1] && sc->kind == OpKind::Softcap &&
+                sc->a == op.out && sc->out == op.out && sc->n == op.n && sc->f > 0.0f) {
               jobs.softcap = sc->f;
               done[oi + 1] = 1;
             }

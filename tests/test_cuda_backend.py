@@ -328,6 +328,29 @@ def test_q8_decode_tall_lm_head(need_cuda, tmp_path, qtype):
     assert _greedy(gpu, ids, 2)[0] == int(np.argmax(got[-1]))
 
 
+@pytest.mark.parametrize("qtype", ["q4_0", "q8_0"])
+def test_moe_dense_mlp_in_expert_launches_bit_identical(need_cuda, tmp_path, qtype):
+    """Default-mode decode of a Gemma 4 MoE layer runs its dense MLP inside the router's and the
+    experts' launches (moe_ffn_decode, moe.cu: gate/up beside the router, one quantization of
+    both GeGLU outputs, the dense down beside the experts' down), with each part's arithmetic
+    unchanged: the logits and tokens must be bit-identical to the dense MLP's own launches
+    (MARKBASE_CUDA_MOE_DENSE=0), with 3 kernels a MoE layer fewer."""
+    path, summary, rng = _synthetic(tmp_path, f"26b-dense-{qtype}", preset="26b-a4b", layers=2, vocab=4096, qtype=qtype)
+    ids = _ids(summary, 12, rng)
+    code = (f"import markbase, numpy as np, hashlib, json\n"
+            f"m = markbase.Model.load({str(path)!r}, backend='cuda', prefill_chunk=1)\n"
+            f"l = np.asarray(m.logits({ids!r}))\n"
+            f"t = list(m.generate_tokens({ids!r}, max_tokens=4, temperature=0.0))\n"
+            "print(json.dumps([hashlib.sha256(l.tobytes()).hexdigest(), t, bool(np.isfinite(l).all()), "
+            "m.stats()['kernels_per_token'], m.config['n_layers']]))")
+    on = _json_with_env(code, {})
+    apart = _json_with_env(code, {"MARKBASE_CUDA_MOE_DENSE": "0"})
+    path.unlink(missing_ok=True)
+    assert on[2]
+    assert on[:2] == apart[:2]
+    assert on[3] == apart[3] - 3 * on[4], (on, apart)
+
+
 @pytest.mark.parametrize("vocab", [4096, 65541], ids=["rows", "tall"])
 def test_lm_head_softcap_bit_identical(need_cuda, tmp_path, vocab):
     """Default-mode decode folds the final softcap into the LM head's product (both of its

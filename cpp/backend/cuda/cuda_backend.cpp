@@ -23,7 +23,9 @@
 //    MARKBASE_CUDA_PDL=0 launches kernels without programmatic dependent launch (common.cuh);
 //    MARKBASE_CUDA_STREAMS=0 keeps every step of a decode graph on one stream (plan_streams);
 //    MARKBASE_CUDA_HEAD_SOFTCAP=0 launches the final softcap on its own instead of in the LM head's
-//    decode product (the same arithmetic: bit-identical logits).
+//    decode product (the same arithmetic: bit-identical logits); MARKBASE_CUDA_MOE_DENSE=0 runs a
+//    MoE layer's dense MLP in its own launches (on the second stream) instead of in the router's
+//    and the experts' (cuda::moe_ffn_decode; bit-identical).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -232,6 +234,7 @@ class CudaBackend : public Backend {
     use_graphs_ = env_flag("MARKBASE_CUDA_GRAPH", true) && !host_routing_;
     fuse_ = env_flag("MARKBASE_CUDA_FUSE", true);
     head_softcap_ = env_flag("MARKBASE_CUDA_HEAD_SOFTCAP", true);
+    moe_dense_ = env_flag("MARKBASE_CUDA_MOE_DENSE", true);
     streams_ = env_flag("MARKBASE_CUDA_STREAMS", true) && !trace_;  // the trace is one stream's order
     int8_prefill_ = env_flag("MARKBASE_CUDA_INT8_PREFILL", true) && !opt_.precise;
     attn_tc_ = env_flag("MARKBASE_CUDA_ATTN_TC", true);
@@ -532,7 +535,8 @@ class CudaBackend : public Backend {
       CK(cudaMemcpy(st->rope.back().get(), table.data(), table.size() * sizeof(float), cudaMemcpyHostToDevice));
     }
     size_t attn = 0, act = 0, counts = 0, order = 0, tiles = 0, hg = 0, y = 0, route = 0, pf_q8 = 0;
-    for (const Op& op : g.ops) {
+    for (size_t oi = 0; oi < g.ops.size(); ++oi) {
+      const Op& op = g.ops[oi];
       const int rows = op.out >= 0 ? g.rows(op.out) : g.T;
       if (op.w) upload(op.w);
       if (int8_matmul(g, op) || int8_moe(g, op))
@@ -574,7 +578,9 @@ class CudaBackend : public Backend {
                op, "expert weight shapes do not match");
           need(E <= 1024, op, "more than 1024 experts");
           const size_t n = static_cast<size_t>(rows) * K;
-          act = std::max(act, n * Ie);
+          // decode: the dense MLP's GeGLU output may follow the experts' (moe_dense())
+          const size_t dense = rows == 1 && oi + 1 < g.ops.size() ? static_cast<size_t>(g.ops[oi + 1].n) : 0;
+          act = std::max(act, n * Ie + dense);
           counts = std::max(counts, E);
           order = std::max(order, n);
           tiles = std::max(tiles, static_cast<size_t>(3) * cuda::moe_max_tiles(rows, static_cast<int>(K), static_cast<int>(E)));
@@ -618,7 +624,7 @@ class CudaBackend : public Backend {
     st->router_counter = dev_alloc(sizeof(unsigned));
     if (q8_graph(g)) {
       for (size_t i = 0; i < g.slots.size(); ++i) st->q8.push_back(dev_alloc(q8_bytes(g.slots[i].cols)));
-      if (act) st->moe_act_q8 = dev_alloc(q8_bytes(act));
+      if (act) st->moe_act_q8 = dev_alloc(q8_bytes((act + 31) / 32 * 32));
     }
     return *states_.emplace(&g, std::move(st)).first->second;
   }
@@ -806,6 +812,37 @@ class CudaBackend : public Backend {
     hf.c = c;
     hf.step = ptr<cuda::StepBuf>(st.step);
     return j;
+  }
+
+  // Whether op oi is the MoE router's product of one token followed by its routing (MoeRoute):
+  // the pair cuda::moe_router launches as one (decode, GPU routing).
+  bool router_pair(const Graph& g, size_t oi) const {
+    const Op& op = g.ops[oi];
+    const Op* nx = oi + 1 < g.ops.size() ? &g.ops[oi + 1] : nullptr;
+    return fuse_ && !host_routing_ && g.T == 1 && op.kind == OpKind::MatMul && g.rows(op.out) == 1 && nx &&
+           nx->kind == OpKind::MoeRoute && nx->a == op.out && nx->group == op.n && op.n <= 1024;
+  }
+
+  // Decode in default mode, Gemma 4's MoE feed-forward as gemma.cpp builds it, from the router's
+  // product at oi: [router product, MoeRoute, MoeExperts, dense gate, dense up, GeGLU, dense down],
+  // with the dense MLP reading neither the router's nor the experts' outputs. Then
+  // cuda::moe_ffn_decode runs all seven in four launches. Returns the index of the dense down, or 0.
+  size_t moe_dense(const Graph& g, size_t oi, const std::vector<char>& done) const {
+    if (!moe_dense_ || !router_pair(g, oi) || !q8_graph(g) || oi + 6 >= g.ops.size()) return 0;
+    const Op &r = g.ops[oi], &e = g.ops[oi + 2], &ga = g.ops[oi + 3], &up = g.ops[oi + 4], &gm = g.ops[oi + 5],
+             &dn = g.ops[oi + 6];
+    for (size_t j = oi + 2; j <= oi + 6; ++j)
+      if (done[j]) return 0;
+    const int route = g.ops[oi + 1].out;
+    const bool shape = e.kind == OpKind::MoeExperts && e.b == route && ga.kind == OpKind::MatMul &&
+                       up.kind == OpKind::MatMul && ga.a == up.a && ga.a != e.out && ga.a != r.out && ga.a != route &&
+                       gm.kind == OpKind::GeluMul && gm.a == ga.out && gm.out == ga.out && gm.b == up.out &&
+                       gm.b_col == 0 && gm.n == ga.n && ga.n == up.n && dn.kind == OpKind::MatMul && dn.a == ga.out &&
+                       dn.out != e.out && dn.n == e.n && reads_q8(g, e, e.a) && reads_q8(g, ga, ga.a) &&
+                       g.rows(e.out) == 1 && static_cast<int>(ga.w->cols()) == e.n &&
+                       static_cast<int>(dn.w->cols()) == ga.n && g.slots[e.out].cols >= e.n;
+    if (!shape) return 0;
+    return oi + 6;
   }
 
   // A row op that a decode row chain can take (cuda::row_chain).
@@ -1031,8 +1068,32 @@ class CudaBackend : public Backend {
         }
         case OpKind::MatMul: {
           const Op* nx = oi + 1 < g.ops.size() ? &g.ops[oi + 1] : nullptr;
-          if (fuse_ && !host_routing_ && g.T == 1 && rows == 1 && nx && nx->kind == OpKind::MoeRoute &&
-              nx->a == op.out && nx->group == op.n && op.n <= 1024) {  // router product + routing
+          size_t dense_down = moe_dense(g, oi, done);
+          if (dense_down) {
+            const cuda::WeightRef rw = wref(op.w);
+            const Op &e = g.ops[oi + 2], &ga = g.ops[oi + 3], &up = g.ops[oi + 4], &dn = g.ops[dense_down];
+            const int Ie = e.k, H = e.n, K = e.heads;
+            const cuda::WeightRef gu = wref(e.w, 2 * static_cast<size_t>(Ie)), dw = wref(e.w2, static_cast<size_t>(H));
+            const cuda::WeightRef gw = wref(ga.w), uw = wref(up.w), ddw = wref(dn.w);
+            if (cuda::moe_dense_fits(rw, gu, dw, gw, uw, ddw, Ie, ga.n)) {
+              const cuda::Q8Vec h2 = need_q8(e.a, H), h = need_q8(ga.a, H);
+              kernels += cuda::moe_ffn_decode(
+                  cur_, rw, a, nx->w2 ? small_f32(nx->w2) : nullptr, nx->group, nx->k, out,
+                  ptr<float>(st.slots[nx->out]), ptr<unsigned>(st.router_counter), gu, dw, Ie, H, h2, st.moe.act,
+                  q8_of(st.moe_act_q8, static_cast<size_t>(K) * Ie + ga.n), ptr<float>(st.slots[e.out]), gw, uw, ddw,
+                  h, ptr<float>(st.slots[dn.out]));
+              for (size_t j = oi + 1; j <= dense_down; ++j) {
+                done[j] = 1;
+                if (g.ops[j].out >= 0) q8_cols[g.ops[j].out] = 0;
+              }
+              oi = dense_down;
+            } else {
+              dense_down = 0;
+            }
+          }
+          if (dense_down) {
+            // launched above: the router, the experts and the dense MLP
+          } else if (router_pair(g, oi)) {  // router product + routing
             kernels += cuda::moe_router(cur_, wref(op.w), a, nx->w2 ? small_f32(nx->w2) : nullptr, nx->group,
                                         nx->k, out, ptr<float>(st.slots[nx->out]), ptr<unsigned>(st.router_counter));
             ++oi;
@@ -1192,6 +1253,7 @@ class CudaBackend : public Backend {
   cudaStream_t cur_ = nullptr;   // where encode() launches the current step
   bool host_routing_ = false, use_graphs_ = true, profile_ = false, fuse_ = true, int8_prefill_ = true;
   bool head_softcap_ = true;
+  bool moe_dense_ = true;  // MARKBASE_CUDA_MOE_DENSE=0: the dense MLP of a MoE layer in its own launches
   bool streams_ = true;  // MARKBASE_CUDA_STREAMS=0: every step on one stream
   bool attn_tc_ = true;  // default-mode prefill attention on the tensor cores (attention_tc.cu)
   bool capturing_ = false;           // encode() is recording into a CUDA graph

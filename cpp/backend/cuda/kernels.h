@@ -239,6 +239,19 @@ int moe_route(cudaStream_t s, const float* logits, int l_stride, const float* ex
 // launch. counter: one device word, zero before the first launch (the kernel leaves it zero).
 int moe_router(cudaStream_t s, const WeightRef& w, const float* x, const float* expert_scale, int n_experts,
                int k, float* logits, float* out, unsigned* counter);
+// Decode, one token, default mode: a Gemma 4 MoE feed-forward in four launches, the dense MLP
+// beside the experts included (moe.cu): the router (as moe_router) with the dense gate and up
+// products; the experts' gate/up; the quantization of both GeGLU outputs (act and act_q8 hold
+// k * Ie + I values); the experts' down product with the dense one. moe_dense_fits: whether the
+// types and widths allow it (a float32 router; Q4_0 or Q8_0 products, the experts' down and the
+// dense down of one type; Ie and I multiples of 32).
+bool moe_dense_fits(const WeightRef& router, const WeightRef& gate_up, const WeightRef& down, const WeightRef& gate,
+                    const WeightRef& up, const WeightRef& dense_down, int Ie, int I);
+int moe_ffn_decode(cudaStream_t s, const WeightRef& router, const float* router_x, const float* expert_scale, int E,
+                   int k, float* logits, float* route, unsigned* counter, const WeightRef& gate_up,
+                   const WeightRef& down, int Ie, int H, Q8Vec x_q8, float* act, Q8Vec act_q8, float* out,
+                   const WeightRef& gate, const WeightRef& up, const WeightRef& dense_down, Q8Vec dense_x,
+                   float* dense_out);
 // Decode: experts read by id from the route slot (or from host_ids when not null: the debug mode
 // that routes on the host). act: rows * k * Ie floats of scratch.
 // x_q8 set (one row; both weights of a has_q8_dot type, Ie % 32 == 0): the products run on the

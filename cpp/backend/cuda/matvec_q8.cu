@@ -55,42 +55,8 @@ __global__ void __launch_bounds__(THREADS) matvec_q8_kernel(MatvecJobs jobs, Q8V
   const mb_u8* rows[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) rows[r] = w.data + static_cast<size_t>(min(n0 + r, n - 1)) * w.row_bytes;
-  const int units = K / 16;
-  // The first step's weights are loaded before waiting for the vector: under programmatic launch
-  // they stream in while the kernel before this one finishes. Longer rows go to L2 meanwhile.
-  WUnit wa[R], wb[R];
-  auto load_step = [&](int u) {
-    const int u2 = u + THREADS < units ? u + THREADS : u;
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      wa[r] = load_w_unit<TYPE>(rows[r], u);
-      wb[r] = load_w_unit<TYPE>(rows[r], u2);
-    }
-  };
-  int u = threadIdx.x;
-  if (u < units) load_step(u);
-  if (units > 2 * THREADS)
-#pragma unroll
-    for (int r = 0; r < R; ++r) prefetch_l2(rows[r], w.row_bytes);
-  pdl_wait();
-  float acc[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-  for (; u < units; u += 2 * THREADS) {
-    const int u2 = u + THREADS;
-    const bool two = u2 < units;
-    const XUnit xa = load_x_unit<TYPE>(x.q, x.d, u);
-    const XUnit xb = load_x_unit<TYPE>(x.q, x.d, two ? u2 : u);
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc[r] += unit_dot<TYPE>(wa[r], xa) + (two ? unit_dot<TYPE>(wb[r], xb) : 0.0f);
-    if (u + 2 * THREADS < units) load_step(u + 2 * THREADS);
-  }
-  __shared__ float part[THREADS / 32][R];
-  warp_partials(acc, part);
+  const float s = matvec_q8_block<TYPE, R, THREADS>(rows, K, w.row_bytes, x);
   if (threadIdx.x < R && n0 + static_cast<int>(threadIdx.x) < n) {
-    float s = 0.0f;
-#pragma unroll
-    for (int i = 0; i < THREADS / 32; ++i) s += part[i][threadIdx.x];
     out[n0 + threadIdx.x] = capped(s, jobs.softcap);
   }
 }

@@ -146,15 +146,30 @@ constexpr int kRouterThreads = 128;
 constexpr int kRouterVec = 8;
 constexpr int kMaxExperts = 1024;
 
+struct RouterArgs {
+  WeightRef w;
+  const float* x;
+  const float* scale;
+  int E, k;
+  float* logits;
+  float* out;
+  unsigned* counter;
+  bool scale_early;
+};
+
+// Block e of the router (kRouterThreads threads; the caller has triggered its dependents).
 template <int TYPE>
-__global__ void __launch_bounds__(kRouterThreads) router_kernel(WeightRef w, const float* __restrict__ x,
-                                                                const float* scale, int E, int k, float* logits,
-                                                                float* out, unsigned* counter,
-                                                                bool scale_early) {
-  pdl_trigger();
+__device__ __forceinline__ void router_block(const RouterArgs& a, int e) {
+  const WeightRef& w = a.w;
+  const float* __restrict__ x = a.x;
+  const float* scale = a.scale;
+  const int E = a.E, k = a.k;
+  float* logits = a.logits;
+  float* out = a.out;
+  unsigned* counter = a.counter;
+  const bool scale_early = a.scale_early;
   __shared__ float p[kMaxExperts];
   __shared__ bool last;
-  const int e = blockIdx.x;
   const mb_u8* row = w.data + static_cast<size_t>(e) * w.row_bytes;
   // The row's first kRouterVec float4s a thread (all of it for K <= 4096) are loaded into
   // registers before the wait, while the kernel before runs: the router's first DRAM round trip
@@ -201,6 +216,12 @@ __global__ void __launch_bounds__(kRouterThreads) router_kernel(WeightRef w, con
     else route_row(logits, scale, E, k, out, p);
   }
   if (threadIdx.x == 0) *counter = 0;
+}
+
+template <int TYPE>
+__global__ void __launch_bounds__(kRouterThreads) router_kernel(RouterArgs a) {
+  pdl_trigger();
+  router_block<TYPE>(a, blockIdx.x);
 }
 
 struct HostIds {
@@ -361,18 +382,16 @@ __global__ void __launch_bounds__(THREADS) gate_up_q8_kernel(WeightRef w, int E,
 // layer's. ROWS: output rows a block, 2 or 4 (experts_q8 picks).
 
 template <int TYPE, int FLIGHT, int ROWS>
-__global__ void __launch_bounds__(kQ8Threads) down_q8_kernel(WeightRef w, int E, int Ie, int H, int k,
-                                                              const float* route, HostIds hid, Q8Vec act,
-                                                              float* out, bool early) {
+__device__ __forceinline__ void down_q8_block(const WeightRef& w, int E, int Ie, int H, int k, const float* route,
+                                              const HostIds& hid, const Q8Vec& act, float* out, bool early, int blk) {
   extern __shared__ float rt[];  // the route: 2 k floats (weight, expert id)
-  pdl_trigger();
   bool waited = !early;  // each thread passes the wait once (pdl_wait stamps the trace)
   if (waited) pdl_wait();
   // Read once a block, through L2: read by every thread, the route's one or two lines would be
   // a hot spot of one L2 slice (the kernel ran twice as long that way: session 14).
   for (int i = threadIdx.x; i < 2 * k; i += kQ8Threads) rt[i] = __ldcg(route + i);
   __syncthreads();
-  const int h0 = blockIdx.x * ROWS;
+  const int h0 = blk * ROWS;
   const int upe = Ie / 16;  // units per expert row
   float acc[ROWS];
 #pragma unroll
@@ -422,6 +441,78 @@ __global__ void __launch_bounds__(kQ8Threads) down_q8_kernel(WeightRef w, int E,
     for (int i = 0; i < kQ8Threads / 32; ++i) v += part[i][threadIdx.x];
     out[h0 + threadIdx.x] = v;
   }
+}
+
+template <int TYPE, int FLIGHT, int ROWS>
+__global__ void __launch_bounds__(kQ8Threads) down_q8_kernel(WeightRef w, int E, int Ie, int H, int k,
+                                                              const float* route, HostIds hid, Q8Vec act,
+                                                              float* out, bool early) {
+  pdl_trigger();
+  down_q8_block<TYPE, FLIGHT, ROWS>(w, E, Ie, H, k, route, hid, act, out, early, blockIdx.x);
+}
+
+// --- The dense MLP beside the experts (Gemma 4's MoE layers), decode, default mode, in the
+// experts' launches instead of its own three on a second stream: its gate and up products run in
+// the router's launch (both read only the row chain's outputs, and the dense blocks load their
+// weights before the wait as the router's blocks do), its GeGLU output is quantized with the
+// experts' (one quantize_q8 over both: it sits right after them in the same buffer), and its down
+// product runs in the experts' down launch. Each part keeps the arithmetic of the kernel it
+// replaces (matvec_q8_block with matvec_q8's thread count, GeGLU on the same two floats, the same
+// quantization), so the logits are the same bits as with the dense MLP's own launches
+// (MARKBASE_CUDA_MOE_DENSE=0). Why: on two streams the dense MLP's kernels slowed the experts'
+// as much as they overlapped them (bench/RESULTS.md, sixteenth session).
+struct DenseMlp {
+  WeightRef gate, up, down;  // gate, up: I rows of H; down: H rows of I
+  Q8Vec x;                   // the MLP's input (the row chain's ffn_norm output), quantized
+  float* act;                // I floats: gelu(gate . x) * (up . x)
+  Q8Vec act_q8;              // act, quantized
+  float* out;                // H floats: down . act
+  int I, H;
+};
+
+// grid: E router blocks, then one block per kPairs dense outputs (their gate and up rows).
+// DT: the dense products' threads, matvec_q8's choice for K = H.
+template <int WTYPE, int DT>
+__global__ void __launch_bounds__(kRouterThreads) router_dense_kernel(RouterArgs r, DenseMlp d) {
+  pdl_trigger();
+  if (static_cast<int>(blockIdx.x) < r.E) {
+    router_block<MB_F32>(r, blockIdx.x);
+    return;
+  }
+  const int r0 = (blockIdx.x - r.E) * kPairs;
+  const mb_u8* rows[2 * kPairs];
+#pragma unroll
+  for (int p = 0; p < kPairs; ++p) {
+    const int i = min(r0 + p, d.I - 1);
+    rows[2 * p] = d.gate.data + static_cast<size_t>(i) * d.gate.row_bytes;
+    rows[2 * p + 1] = d.up.data + static_cast<size_t>(i) * d.up.row_bytes;
+  }
+  const float v = matvec_q8_block<WTYPE, 2 * kPairs, DT>(rows, d.H, d.gate.row_bytes, d.x);
+  __shared__ float gu[2 * kPairs];
+  if (threadIdx.x < 2 * kPairs) gu[threadIdx.x] = v;
+  __syncthreads();
+  if (threadIdx.x < kPairs && r0 + static_cast<int>(threadIdx.x) < d.I)
+    d.act[r0 + threadIdx.x] = mb_gelu_tanh(gu[2 * threadIdx.x]) * gu[2 * threadIdx.x + 1];
+}
+
+// grid: the experts' down blocks (down_q8_kernel's), then one block per 4 dense outputs.
+template <int TYPE, int FLIGHT, int ROWS, int DT>
+__global__ void __launch_bounds__(kQ8Threads) down_dense_kernel(WeightRef w, int E, int Ie, int H, int k,
+                                                                 const float* route, HostIds hid, Q8Vec act,
+                                                                 float* out, bool early, DenseMlp d) {
+  pdl_trigger();
+  const int experts_blocks = (H + ROWS - 1) / ROWS;
+  if (static_cast<int>(blockIdx.x) < experts_blocks) {
+    down_q8_block<TYPE, FLIGHT, ROWS>(w, E, Ie, H, k, route, hid, act, out, early, blockIdx.x);
+    return;
+  }
+  constexpr int R = 4;  // matvec_q8's rows a block
+  const int h0 = (blockIdx.x - experts_blocks) * R;
+  const mb_u8* rows[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) rows[r] = d.down.data + static_cast<size_t>(min(h0 + r, d.H - 1)) * d.down.row_bytes;
+  const float v = matvec_q8_block<TYPE, R, DT>(rows, d.I, d.down.row_bytes, d.act_q8);
+  if (threadIdx.x < R && h0 + static_cast<int>(threadIdx.x) < d.H) d.out[h0 + threadIdx.x] = v;
 }
 
 // One block: entries (t, j) sorted by expert, and the tile list of the grouped matmuls.
@@ -483,7 +574,8 @@ __global__ void combine_kernel(const float* route, int rs, const float* y, int H
 template <int TYPE>
 void experts_q8(cudaStream_t s, int gu_warps, int flight, int forced_rows, bool dn_early, const WeightRef& gu,
                 const WeightRef& dn, int E, int Ie, int H, int k, Q8Vec x_q8, const float* route,
-                const HostIds& hid, float* act, Q8Vec act_q8, float* out) {
+                const HostIds& hid, float* act, Q8Vec act_q8, float* out, const DenseMlp* dense = nullptr,
+                int dense_warps = 0) {
   constexpr decltype(&gate_up_q8_kernel<TYPE, 32>) gate_up[] = {
       gate_up_q8_kernel<TYPE, 32>, gate_up_q8_kernel<TYPE, 64>, gate_up_q8_kernel<TYPE, 96>,
       gate_up_q8_kernel<TYPE, 128>};
@@ -504,9 +596,22 @@ void experts_q8(cudaStream_t s, int gu_warps, int flight, int forced_rows, bool 
   }
   enqueue(gate_up[gu_warps - 1], dim3(MB_BLOCKS(Ie, kPairs), k), 32 * gu_warps, 0, s, gu, E, Ie, k, x_q8, route, hid,
           act, dn_early);
-  quantize_q8(s, act, 0, k * Ie, 1, act_q8, 0);
-  enqueue(down[rows == 4][flight - 2], MB_BLOCKS(H, rows), kQ8Threads, 2 * k * sizeof(float), s, dn, E, Ie, H, k, route,
-          hid, act_q8, out, dn_early);
+  // With the dense MLP: its GeGLU output follows the experts' in act, quantized in the same launch.
+  quantize_q8(s, act, 0, k * Ie + (dense ? dense->I : 0), 1, act_q8, 0);
+  if (!dense) {
+    enqueue(down[rows == 4][flight - 2], MB_BLOCKS(H, rows), kQ8Threads, 2 * k * sizeof(float), s, dn, E, Ie, H, k,
+            route, hid, act_q8, out, dn_early);
+    return;
+  }
+  constexpr decltype(&down_dense_kernel<TYPE, 2, 2, 64>) down_dense[2][3][3] = {
+      {{down_dense_kernel<TYPE, 2, 2, 64>, down_dense_kernel<TYPE, 2, 2, 96>, down_dense_kernel<TYPE, 2, 2, 128>},
+       {down_dense_kernel<TYPE, 3, 2, 64>, down_dense_kernel<TYPE, 3, 2, 96>, down_dense_kernel<TYPE, 3, 2, 128>},
+       {down_dense_kernel<TYPE, 4, 2, 64>, down_dense_kernel<TYPE, 4, 2, 96>, down_dense_kernel<TYPE, 4, 2, 128>}},
+      {{down_dense_kernel<TYPE, 2, 4, 64>, down_dense_kernel<TYPE, 2, 4, 96>, down_dense_kernel<TYPE, 2, 4, 128>},
+       {down_dense_kernel<TYPE, 3, 4, 64>, down_dense_kernel<TYPE, 3, 4, 96>, down_dense_kernel<TYPE, 3, 4, 128>},
+       {down_dense_kernel<TYPE, 4, 4, 64>, down_dense_kernel<TYPE, 4, 4, 96>, down_dense_kernel<TYPE, 4, 4, 128>}}};
+  enqueue(down_dense[rows == 4][flight - 2][dense_warps - 2], MB_BLOCKS(H, rows) + MB_BLOCKS(dense->H, 4), kQ8Threads,
+          2 * k * sizeof(float), s, dn, E, Ie, H, k, route, hid, act_q8, out, dn_early, *dense);
 }
 
 }  // namespace
@@ -544,7 +649,7 @@ int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn,
       return r == 3 ? 0 : r;
     }();
     auto run = gu.type == MB_Q4_0 ? experts_q8<MB_Q4_0> : experts_q8<MB_Q8_0>;
-    run(s, gu_warps, flight, dn_rows, dn_early, gu, dn, E, Ie, H, k, x_q8, route, hid, act, act_q8, out);
+    run(s, gu_warps, flight, dn_rows, dn_early, gu, dn, E, Ie, H, k, x_q8, route, hid, act, act_q8, out, nullptr, 0);
     return 3;
   }
   const dim3 block(kWarps * 32);
@@ -567,13 +672,57 @@ int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn,
   return 2;
 }
 
+bool moe_dense_fits(const WeightRef& router, const WeightRef& gate_up, const WeightRef& down, const WeightRef& gate,
+                    const WeightRef& up, const WeightRef& dense_down, int Ie, int I) {
+  const bool q8 = down.type == MB_Q4_0 || down.type == MB_Q8_0;
+  return router.type == MB_F32 && router.K <= kRouterThreads * 4 * kRouterVec && q8 && gate_up.type == down.type &&
+         gate.type == up.type && (gate.type == MB_Q4_0 || gate.type == MB_Q8_0) && dense_down.type == down.type &&
+         gate.row_bytes == up.row_bytes && Ie % 32 == 0 && I % 32 == 0;
+}
+
+int moe_ffn_decode(cudaStream_t s, const WeightRef& router, const float* router_x, const float* expert_scale, int E,
+                   int k, float* logits, float* route, unsigned* counter, const WeightRef& gu, const WeightRef& dn,
+                   int Ie, int H, Q8Vec x_q8, float* act, Q8Vec act_q8, float* out, const WeightRef& gate,
+                   const WeightRef& up, const WeightRef& dense_down, Q8Vec dense_x, float* dense_out) {
+  static const bool scale_early = env_flag("MARKBASE_CUDA_ROUTER_SCALE_EARLY", true);
+  static const int forced = env_digit("MARKBASE_CUDA_MATVEC_WARPS", 2, 4);  // as matvec_q8 (the same bits)
+  const int I = dense_down.K;
+  DenseMlp d{gate, up, dense_down, dense_x, act + static_cast<size_t>(k) * Ie,
+             Q8Vec{act_q8.q + static_cast<size_t>(k) * Ie, act_q8.d + static_cast<size_t>(k) * Ie / 32}, dense_out, I, H};
+  const RouterArgs r{router, router_x, expert_scale, E, k, logits, route, counter, scale_early};
+  const int gu_dense_warps = forced ? forced : q8_row_warps(H, 2);
+  const int dn_dense_warps = forced ? forced : q8_row_warps(I, 2);
+  using RouterDense = decltype(&router_dense_kernel<MB_Q4_0, 64>);
+  constexpr RouterDense a_q4[] = {router_dense_kernel<MB_Q4_0, 64>, router_dense_kernel<MB_Q4_0, 96>,
+                                  router_dense_kernel<MB_Q4_0, 128>};
+  constexpr RouterDense a_q8[] = {router_dense_kernel<MB_Q8_0, 64>, router_dense_kernel<MB_Q8_0, 96>,
+                                  router_dense_kernel<MB_Q8_0, 128>};
+  enqueue((gate.type == MB_Q4_0 ? a_q4 : a_q8)[gu_dense_warps - 2], E + MB_BLOCKS(I, kPairs), kRouterThreads, 0, s, r,
+          d);
+  // The experts as moe_experts_decode runs them, with the dense MLP's down rows in their down launch.
+  static const int dn_forced = env_digit("MARKBASE_CUDA_DOWN_FLIGHT", 2, 4);
+  const int need = (k * (Ie / 16) + kQ8Threads - 1) / kQ8Threads;
+  const int flight = dn_forced ? dn_forced : std::min(4, std::max(2, need));
+  static const int gu_forced = env_digit("MARKBASE_CUDA_GATE_UP_WARPS", 1, 4);
+  const int gu_warps = gu_forced ? gu_forced : q8_row_warps(gu.K, 1);
+  static const bool dn_early = env_flag("MARKBASE_CUDA_DOWN_EARLY", true);
+  static const int dn_rows = [] {
+    const int v = env_digit("MARKBASE_CUDA_DOWN_ROWS", 2, 4);
+    return v == 3 ? 0 : v;
+  }();
+  auto run = gu.type == MB_Q4_0 ? experts_q8<MB_Q4_0> : experts_q8<MB_Q8_0>;
+  run(s, gu_warps, flight, dn_rows, dn_early, gu, dn, E, Ie, H, k, x_q8, route, HostIds{}, act, act_q8, out, &d,
+      dn_dense_warps);
+  return 4;
+}
+
 int moe_router(cudaStream_t s, const WeightRef& w, const float* x, const float* scale, int E, int k,
                float* logits, float* out, unsigned* counter) {
   // A/B switch: MARKBASE_CUDA_ROUTER_SCALE_EARLY=0 reads the chosen experts' scales after the
   // top-k (the same values: the logits do not change).
   static const bool scale_early = env_flag("MARKBASE_CUDA_ROUTER_SCALE_EARLY", true);
 #define MB_ROUTER(T)                                                                                      \
-  enqueue(router_kernel<T>, E, kRouterThreads, 0, s, w, x, scale, E, k, logits, out, counter, scale_early);   \
+  enqueue(router_kernel<T>, E, kRouterThreads, 0, s, RouterArgs{w, x, scale, E, k, logits, out, counter, scale_early}); \
   return 1;
   MB_TYPE_DISPATCH(w.type, MB_ROUTER)
 #undef MB_ROUTER

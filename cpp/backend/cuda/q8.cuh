@@ -129,4 +129,53 @@ __device__ __forceinline__ void warp_partials(const float (&acc)[R], float (&par
   __syncthreads();
 }
 
+// The matrix-vector product of R weight rows (any rows: one weight's, or gate and up rows
+// interleaved) on the quantized x, by the first THREADS threads of the block (the others, up to
+// 128, only take part in the wait and the barrier). The threads stride over the rows' units, two
+// units' loads in flight before the first use; the first step's weights are loaded before the
+// programmatic wait, so that they stream in while the kernel before still runs (longer rows go to
+// L2 meanwhile). Returns row r's sum in thread r (r < R). A row's sum depends only on its own
+// weights, x and THREADS, so any kernel calling this with the same THREADS gets the same bits.
+template <int TYPE, int R, int THREADS>
+__device__ __forceinline__ float matvec_q8_block(const mb_u8* const (&rows)[R], int K, size_t row_bytes, Q8Vec x) {
+  static_assert(THREADS % 32 == 0 && THREADS <= 128, "at most 4 warps compute");
+  const int units = K / 16;
+  const bool mine = threadIdx.x < THREADS;
+  WUnit wa[R], wb[R];
+  auto load_step = [&](int u) {
+    const int u2 = u + THREADS < units ? u + THREADS : u;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      wa[r] = load_w_unit<TYPE>(rows[r], u);
+      wb[r] = load_w_unit<TYPE>(rows[r], u2);
+    }
+  };
+  int u = mine ? static_cast<int>(threadIdx.x) : units;
+  if (u < units) load_step(u);
+  if (units > 2 * THREADS)
+#pragma unroll
+    for (int r = 0; r < R; ++r) prefetch_l2(rows[r], row_bytes);
+  pdl_wait();
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  for (; u < units; u += 2 * THREADS) {
+    const int u2 = u + THREADS;
+    const bool two = u2 < units;
+    const XUnit xa = load_x_unit<TYPE>(x.q, x.d, u);
+    const XUnit xb = load_x_unit<TYPE>(x.q, x.d, two ? u2 : u);
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] += unit_dot<TYPE>(wa[r], xa) + (two ? unit_dot<TYPE>(wb[r], xb) : 0.0f);
+    if (u + 2 * THREADS < units) load_step(u + 2 * THREADS);
+  }
+  __shared__ float part[4][R];
+  warp_partials(acc, part);
+  float s = 0.0f;
+  if (threadIdx.x < R) {
+#pragma unroll
+    for (int i = 0; i < THREADS / 32; ++i) s += part[i][threadIdx.x];
+  }
+  return s;
+}
+
 }  // namespace markbase::cuda

@@ -265,13 +265,14 @@ def test_q8_decode_default_mode(need_cuda, tmp_path, preset, qtype):
 @pytest.mark.parametrize("preset", ["26b-a4b", "e2b"])
 def test_decode_side_stream_bit_identical(need_cuda, tmp_path, monkeypatch, preset):
     """Independent steps of a decode graph run on a second stream (plan_streams in
-    cuda_backend.cpp): in MoE layers the dense MLP beside the router and experts, in E2B the
-    per-layer embedding's projection beside its lookup. The kernels and their inputs are the
-    same, so the logits must be bit-identical to one stream's (MARKBASE_CUDA_STREAMS=0), token
-    after token."""
+    cuda_backend.cpp): in MoE layers the dense MLP beside the router and experts (when it has its
+    own launches: MARKBASE_CUDA_MOE_DENSE=0, set here), in E2B the per-layer embedding's
+    projection beside its lookup. The kernels and their inputs are the same, so the logits must
+    be bit-identical to one stream's (MARKBASE_CUDA_STREAMS=0), token after token."""
     path, summary, rng = _synthetic(tmp_path, f"{preset}-streams", preset=preset, layers=3, vocab=4096, qtype="q4_0")
     ids = _ids(summary, 12, rng)
     out = {}
+    monkeypatch.setenv("MARKBASE_CUDA_MOE_DENSE", "0")
     for flag in ("1", "0"):
         monkeypatch.setenv("MARKBASE_CUDA_STREAMS", flag)
         m = markbase.Model.load(str(path), backend="cuda", prefill_chunk=1)

@@ -100,8 +100,10 @@ class CudaCaches : public KVCaches {
   std::vector<DevPtr> k, v;
 };
 
-// Two streams for one graph: a decode step's independent branches (in Gemma 4's MoE layers, the
-// dense MLP beside the router and the experts) run side by side. Decode kernels are mostly
+// Two streams for one graph: a decode step's independent branches (E2B/E4B's per-layer embedding
+// projection beside its lookup; in Gemma 4's MoE layers the dense MLP beside the router and the
+// experts when it has launches of its own: precise mode, or MARKBASE_CUDA_MOE_DENSE=0; in default
+// mode it runs inside theirs, see moe_dense()) run side by side. Decode kernels are mostly
 // latency, but each spreads many small blocks over the whole GPU, so two branches interleave more
 // than they overlap: on the H200 this saves 6 % of a 26B-A4B token (bench/RESULTS.md). The branch
 // that comes first in the graph stays on the main stream (the router and the experts, the longer

@@ -124,6 +124,19 @@ def _json_with_env(code: str, env: dict):
     return json.loads(_run_with_env(code, env).strip().splitlines()[-1])
 
 
+def _decode_fingerprint(path, ids, env: dict, n_tokens: int = 4) -> dict:
+    """Decodes ids one token at a time (default mode) in a subprocess run with env added: the
+    SHA-256 of the logits' bytes, the greedy tokens after them, whether the logits are finite, the
+    kernels a token and the model's config."""
+    code = (f"import markbase, numpy as np, hashlib, json\n"
+            f"m = markbase.Model.load({str(path)!r}, backend='cuda', prefill_chunk=1)\n"
+            f"l = np.asarray(m.logits({ids!r}))\n"
+            f"t = list(m.generate_tokens({ids!r}, max_tokens={n_tokens}, temperature=0.0))\n"
+            "print(json.dumps(dict(sha=hashlib.sha256(l.tobytes()).hexdigest(), tokens=t, "
+            "finite=bool(np.isfinite(l).all()), kernels=m.stats()['kernels_per_token'], config=m.config)))")
+    return _json_with_env(code, env)
+
+
 def test_host_routing_switch(need_cuda, tiny_models):
     """MARKBASE_CUDA_HOST_ROUTING=1 reads the router's top-k back in every MoE layer: same
     tokens, one extra host wait per MoE layer."""
@@ -338,18 +351,12 @@ def test_moe_dense_mlp_in_expert_launches_bit_identical(need_cuda, tmp_path, qty
     (MARKBASE_CUDA_MOE_DENSE=0), with 3 kernels a MoE layer fewer."""
     path, summary, rng = _synthetic(tmp_path, f"26b-dense-{qtype}", preset="26b-a4b", layers=2, vocab=4096, qtype=qtype)
     ids = _ids(summary, 12, rng)
-    code = (f"import markbase, numpy as np, hashlib, json\n"
-            f"m = markbase.Model.load({str(path)!r}, backend='cuda', prefill_chunk=1)\n"
-            f"l = np.asarray(m.logits({ids!r}))\n"
-            f"t = list(m.generate_tokens({ids!r}, max_tokens=4, temperature=0.0))\n"
-            "print(json.dumps([hashlib.sha256(l.tobytes()).hexdigest(), t, bool(np.isfinite(l).all()), "
-            "m.stats()['kernels_per_token'], m.config['n_layers']]))")
-    on = _json_with_env(code, {})
-    apart = _json_with_env(code, {"MARKBASE_CUDA_MOE_DENSE": "0"})
+    on = _decode_fingerprint(path, ids, {})
+    apart = _decode_fingerprint(path, ids, {"MARKBASE_CUDA_MOE_DENSE": "0"})
     path.unlink(missing_ok=True)
-    assert on[2]
-    assert on[:2] == apart[:2]
-    assert on[3] == apart[3] - 3 * on[4], (on, apart)
+    assert on["finite"]
+    assert (on["sha"], on["tokens"]) == (apart["sha"], apart["tokens"])
+    assert on["kernels"] == apart["kernels"] - 3 * on["config"]["n_layers"], (on["kernels"], apart["kernels"])
 
 
 @pytest.mark.parametrize("vocab", [4096, 65541], ids=["rows", "tall"])
@@ -362,18 +369,13 @@ def test_lm_head_softcap_bit_identical(need_cuda, tmp_path, vocab):
     bound, so only this test would see it.)"""
     path, summary, rng = _synthetic(tmp_path, f"e2b-cap-{vocab}", preset="e2b", layers=2, vocab=vocab, qtype="q4_0")
     ids = _ids(summary, 8, rng)
-    code = (f"import markbase, numpy as np, hashlib, json\n"
-            f"m = markbase.Model.load({str(path)!r}, backend='cuda', prefill_chunk=1)\n"
-            f"l = np.asarray(m.logits({ids!r}))\n"
-            f"t = list(m.generate_tokens({ids!r}, max_tokens=4, temperature=0.0))\n"
-            "print(json.dumps([hashlib.sha256(l.tobytes()).hexdigest(), t, m.config['final_logit_softcapping'], "
-            "m.stats()['kernels_per_token']]))")
-    on = _json_with_env(code, {})
-    apart = _json_with_env(code, {"MARKBASE_CUDA_HEAD_SOFTCAP": "0"})
+    on = _decode_fingerprint(path, ids, {})
+    apart = _decode_fingerprint(path, ids, {"MARKBASE_CUDA_HEAD_SOFTCAP": "0"})
     path.unlink(missing_ok=True)
-    assert on[2] > 0  # the file has a final softcap
-    assert on[:3] == apart[:3]
-    assert on[3] == apart[3] - 1
+    assert on["config"]["final_logit_softcapping"] > 0  # the file has a final softcap
+    assert on["finite"]
+    assert (on["sha"], on["tokens"]) == (apart["sha"], apart["tokens"])
+    assert on["kernels"] == apart["kernels"] - 1
 
 
 @pytest.mark.parametrize("preset,qtype", [("e2b", "q4_0"), ("e2b", "q8_0"), ("26b-a4b", "q4_0")])

@@ -574,8 +574,8 @@ __global__ void combine_kernel(const float* route, int rs, const float* y, int H
 template <int TYPE>
 void experts_q8(cudaStream_t s, int gu_warps, int flight, int forced_rows, bool dn_early, const WeightRef& gu,
                 const WeightRef& dn, int E, int Ie, int H, int k, Q8Vec x_q8, const float* route,
-                const HostIds& hid, float* act, Q8Vec act_q8, float* out, const DenseMlp* dense = nullptr,
-                int dense_warps = 0) {
+                const HostIds& hid, float* act, Q8Vec act_q8, float* out, const DenseMlp* dense,
+                int dense_warps) {
   constexpr decltype(&gate_up_q8_kernel<TYPE, 32>) gate_up[] = {
       gate_up_q8_kernel<TYPE, 32>, gate_up_q8_kernel<TYPE, 64>, gate_up_q8_kernel<TYPE, 96>,
       gate_up_q8_kernel<TYPE, 128>};
@@ -614,6 +614,33 @@ void experts_q8(cudaStream_t s, int gu_warps, int flight, int forced_rows, bool 
           2 * k * sizeof(float), s, dn, E, Ie, H, k, route, hid, act_q8, out, dn_early, *dense);
 }
 
+// The experts in default mode, one token (the backend checked: one row, gu.type == dn.type,
+// has_q8_dot, Ie % 32 == 0), with their launch settings; dense: the dense MLP's parts too.
+void run_experts_q8(cudaStream_t s, const WeightRef& gu, const WeightRef& dn, int E, int Ie, int H, int k, Q8Vec x_q8,
+                    const float* route, const HostIds& hid, float* act, Q8Vec act_q8, float* out,
+                    const DenseMlp* dense, int dense_warps) {
+  // Units a thread of the down kernel has in flight: the fewest that cover the k expert rows in
+  // one round (at most 4). On the 26B-A4B shape (352 units a row) 3 ran the kernel in 7.4 us on
+  // the critical path, 2 in 8.5 and 4 in 8.4 (119 registers: fewer blocks an SM). A/B switch:
+  // MARKBASE_CUDA_DOWN_FLIGHT=2, 3 or 4 forces it (the same sums in the same order).
+  static const int forced = env_digit("MARKBASE_CUDA_DOWN_FLIGHT", 2, 4);
+  const int need = (k * (Ie / 16) + kQ8Threads - 1) / kQ8Threads;
+  const int flight = forced ? forced : std::min(4, std::max(2, need));
+  // Warps of the gate/up kernel (above); MARKBASE_CUDA_GATE_UP_WARPS=1-4 forces it.
+  static const int gu_forced = env_digit("MARKBASE_CUDA_GATE_UP_WARPS", 1, 4);
+  const int gu_warps = gu_forced ? gu_forced : q8_row_warps(gu.K, 1);
+  // The down kernel's early reads (above). A/B switch: MARKBASE_CUDA_DOWN_EARLY=0.
+  static const bool dn_early = env_flag("MARKBASE_CUDA_DOWN_EARLY", true);
+  // MARKBASE_CUDA_DOWN_ROWS=2 or 4 forces the down kernel's rows a block (experts_q8 picks).
+  static const int dn_rows = [] {
+    const int r = env_digit("MARKBASE_CUDA_DOWN_ROWS", 2, 4);
+    return r == 3 ? 0 : r;
+  }();
+  auto run = gu.type == MB_Q4_0 ? experts_q8<MB_Q4_0> : experts_q8<MB_Q8_0>;
+  run(s, gu_warps, flight, dn_rows, dn_early, gu, dn, E, Ie, H, k, x_q8, route, hid, act, act_q8, out, dense,
+      dense_warps);
+}
+
 }  // namespace
 
 int moe_route(cudaStream_t s, const float* logits, int ls, const float* scale, int E, int k, int rows, float* out,
@@ -631,25 +658,7 @@ int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn,
     std::copy(host_ids, host_ids + hid.n, hid.ids);
   }
   if (x_q8.q) {  // the backend checked: one row, gu.type == dn.type, has_q8_dot, Ie % 32 == 0
-    // Units a thread of the down kernel has in flight: the fewest that cover the k expert rows in
-    // one round (at most 4). On the 26B-A4B shape (352 units a row) 3 ran the kernel in 7.4 us on
-    // the critical path, 2 in 8.5 and 4 in 8.4 (119 registers: fewer blocks an SM). A/B switch:
-    // MARKBASE_CUDA_DOWN_FLIGHT=2, 3 or 4 forces it (the same sums in the same order).
-    static const int forced = env_digit("MARKBASE_CUDA_DOWN_FLIGHT", 2, 4);
-    const int need = (k * (Ie / 16) + kQ8Threads - 1) / kQ8Threads;
-    const int flight = forced ? forced : std::min(4, std::max(2, need));
-    // Warps of the gate/up kernel (above); MARKBASE_CUDA_GATE_UP_WARPS=1-4 forces it.
-    static const int gu_forced = env_digit("MARKBASE_CUDA_GATE_UP_WARPS", 1, 4);
-    const int gu_warps = gu_forced ? gu_forced : q8_row_warps(gu.K, 1);
-    // The down kernel's early reads (above). A/B switch: MARKBASE_CUDA_DOWN_EARLY=0.
-    static const bool dn_early = env_flag("MARKBASE_CUDA_DOWN_EARLY", true);
-    // MARKBASE_CUDA_DOWN_ROWS=2 or 4 forces the down kernel's rows a block (experts_q8 picks).
-    static const int dn_rows = [] {
-      const int r = env_digit("MARKBASE_CUDA_DOWN_ROWS", 2, 4);
-      return r == 3 ? 0 : r;
-    }();
-    auto run = gu.type == MB_Q4_0 ? experts_q8<MB_Q4_0> : experts_q8<MB_Q8_0>;
-    run(s, gu_warps, flight, dn_rows, dn_early, gu, dn, E, Ie, H, k, x_q8, route, hid, act, act_q8, out, nullptr, 0);
+    run_experts_q8(s, gu, dn, E, Ie, H, k, x_q8, route, hid, act, act_q8, out, nullptr, 0);
     return 3;
   }
   const dim3 block(kWarps * 32);
@@ -700,19 +709,7 @@ int moe_ffn_decode(cudaStream_t s, const WeightRef& router, const float* router_
   enqueue((gate.type == MB_Q4_0 ? a_q4 : a_q8)[gu_dense_warps - 2], E + MB_BLOCKS(I, kPairs), kRouterThreads, 0, s, r,
           d);
   // The experts as moe_experts_decode runs them, with the dense MLP's down rows in their down launch.
-  static const int dn_forced = env_digit("MARKBASE_CUDA_DOWN_FLIGHT", 2, 4);
-  const int need = (k * (Ie / 16) + kQ8Threads - 1) / kQ8Threads;
-  const int flight = dn_forced ? dn_forced : std::min(4, std::max(2, need));
-  static const int gu_forced = env_digit("MARKBASE_CUDA_GATE_UP_WARPS", 1, 4);
-  const int gu_warps = gu_forced ? gu_forced : q8_row_warps(gu.K, 1);
-  static const bool dn_early = env_flag("MARKBASE_CUDA_DOWN_EARLY", true);
-  static const int dn_rows = [] {
-    const int v = env_digit("MARKBASE_CUDA_DOWN_ROWS", 2, 4);
-    return v == 3 ? 0 : v;
-  }();
-  auto run = gu.type == MB_Q4_0 ? experts_q8<MB_Q4_0> : experts_q8<MB_Q8_0>;
-  run(s, gu_warps, flight, dn_rows, dn_early, gu, dn, E, Ie, H, k, x_q8, route, HostIds{}, act, act_q8, out, &d,
-      dn_dense_warps);
+  run_experts_q8(s, gu, dn, E, Ie, H, k, x_q8, route, HostIds{}, act, act_q8, out, &d, dn_dense_warps);
   return 4;
 }
 

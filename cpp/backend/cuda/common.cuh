@@ -72,6 +72,10 @@ __device__ __forceinline__ unsigned atomic_add_acq_rel(unsigned* p, unsigned v) 
   return old;
 }
 
+// The final logit softcap, y = cap tanh(x / cap): the softcap op and the LM head's product that
+// folds it in (matvec_q8.cu) compute it here, so that both give the same bits.
+__device__ __forceinline__ float softcap_value(float x, float cap) { return cap * tanhf(x / cap); }
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -828,8 +828,9 @@ class CudaBackend : public Backend {
   // Decode in default mode, Gemma 4's MoE feed-forward as gemma.cpp builds it, from the router's
   // product at oi: [router product, MoeRoute, MoeExperts, dense gate, dense up, GeGLU, dense down],
   // with the dense MLP reading neither the router's nor the experts' outputs. Then
-  // cuda::moe_ffn_decode runs all seven in four launches. Returns the index of the dense down, or 0.
-  size_t moe_dense(const Graph& g, size_t oi, const std::vector<char>& done) const {
+  // cuda::moe_ffn_decode runs all seven in four launches, when the weights' types allow it
+  // (cuda::moe_dense_fits). Returns the index of the dense down, or 0.
+  size_t moe_dense(const Graph& g, size_t oi, const std::vector<char>& done) {
     if (!moe_dense_ || !router_pair(g, oi) || !q8_graph(g) || oi + 6 >= g.ops.size()) return 0;
     const Op &r = g.ops[oi], &e = g.ops[oi + 2], &ga = g.ops[oi + 3], &up = g.ops[oi + 4], &gm = g.ops[oi + 5],
              &dn = g.ops[oi + 6];
@@ -844,7 +845,11 @@ class CudaBackend : public Backend {
                        g.rows(e.out) == 1 && static_cast<int>(ga.w->cols()) == e.n &&
                        static_cast<int>(dn.w->cols()) == ga.n && g.slots[e.out].cols >= e.n;
     if (!shape) return 0;
-    return oi + 6;
+    const int Ie = e.k, H = e.n;
+    const bool fits = cuda::moe_dense_fits(wref(r.w), wref(e.w, 2 * static_cast<size_t>(Ie)),
+                                           wref(e.w2, static_cast<size_t>(H)), wref(ga.w), wref(up.w), wref(dn.w), Ie,
+                                           ga.n);
+    return fits ? oi + 6 : 0;
   }
 
   // A row op that a decode row chain can take (cuda::row_chain).
@@ -1070,31 +1075,21 @@ class CudaBackend : public Backend {
         }
         case OpKind::MatMul: {
           const Op* nx = oi + 1 < g.ops.size() ? &g.ops[oi + 1] : nullptr;
-          size_t dense_down = moe_dense(g, oi, done);
-          if (dense_down) {
-            const cuda::WeightRef rw = wref(op.w);
+          if (const size_t dense_down = moe_dense(g, oi, done)) {  // router, experts and dense MLP
             const Op &e = g.ops[oi + 2], &ga = g.ops[oi + 3], &up = g.ops[oi + 4], &dn = g.ops[dense_down];
             const int Ie = e.k, H = e.n, K = e.heads;
-            const cuda::WeightRef gu = wref(e.w, 2 * static_cast<size_t>(Ie)), dw = wref(e.w2, static_cast<size_t>(H));
-            const cuda::WeightRef gw = wref(ga.w), uw = wref(up.w), ddw = wref(dn.w);
-            if (cuda::moe_dense_fits(rw, gu, dw, gw, uw, ddw, Ie, ga.n)) {
-              const cuda::Q8Vec h2 = need_q8(e.a, H), h = need_q8(ga.a, H);
-              kernels += cuda::moe_ffn_decode(
-                  cur_, rw, a, nx->w2 ? small_f32(nx->w2) : nullptr, nx->group, nx->k, out,
-                  ptr<float>(st.slots[nx->out]), ptr<unsigned>(st.router_counter), gu, dw, Ie, H, h2, st.moe.act,
-                  q8_of(st.moe_act_q8, static_cast<size_t>(K) * Ie + ga.n), ptr<float>(st.slots[e.out]), gw, uw, ddw,
-                  h, ptr<float>(st.slots[dn.out]));
-              for (size_t j = oi + 1; j <= dense_down; ++j) {
-                done[j] = 1;
-                if (g.ops[j].out >= 0) q8_cols[g.ops[j].out] = 0;
-              }
-              oi = dense_down;
-            } else {
-              dense_down = 0;
+            const cuda::Q8Vec h2 = need_q8(e.a, H), h = need_q8(ga.a, H);
+            kernels += cuda::moe_ffn_decode(
+                cur_, wref(op.w), a, nx->w2 ? small_f32(nx->w2) : nullptr, nx->group, nx->k, out,
+                ptr<float>(st.slots[nx->out]), ptr<unsigned>(st.router_counter), wref(e.w, 2 * static_cast<size_t>(Ie)),
+                wref(e.w2, static_cast<size_t>(H)), Ie, H, h2, st.moe.act,
+                q8_of(st.moe_act_q8, static_cast<size_t>(K) * Ie + ga.n), ptr<float>(st.slots[e.out]), wref(ga.w),
+                wref(up.w), wref(dn.w), h, ptr<float>(st.slots[dn.out]));
+            for (size_t j = oi + 1; j <= dense_down; ++j) {
+              done[j] = 1;
+              if (g.ops[j].out >= 0) q8_cols[g.ops[j].out] = 0;
             }
-          }
-          if (dense_down) {
-            // launched above: the router, the experts and the dense MLP
+            oi = dense_down;
           } else if (router_pair(g, oi)) {  // router product + routing
             kernels += cuda::moe_router(cur_, wref(op.w), a, nx->w2 ? small_f32(nx->w2) : nullptr, nx->group,
                                         nx->k, out, ptr<float>(st.slots[nx->out]), ptr<unsigned>(st.router_counter));

@@ -12,9 +12,9 @@
 namespace markbase::cuda {
 namespace {
 
-// The output as stored: the final softcap folded into the product that writes the logits, in the
-// softcap kernel's arithmetic (norm_rope.cu), saving its launch.
-__device__ __forceinline__ float capped(float y, float cap) { return cap > 0.0f ? cap * tanhf(y / cap) : y; }
+// The output as stored: the final softcap folded into the product that writes the logits (saving
+// the softcap kernel's launch), when cap > 0.
+__device__ __forceinline__ float capped(float y, float cap) { return cap > 0.0f ? softcap_value(y, cap) : y; }
 
 constexpr int kThreads = 128;
 // Rows per block: each activation unit load serves all of them. On the H200 (26B-A4B layers, K of
@@ -130,12 +130,7 @@ int launch_rows(cudaStream_t s, MatvecJobs jobs, Q8Vec x, int K) {
   }
   jobs.row0[jobs.count] = rows;
   const unsigned blocks = rows / R;
-  // Warps a block (q8_row_warps, 2 to 4): on the 26B-A4B shape (K = 2816: 176 units) 3 warps fit
-  // 9 blocks an SM where 4 fit 7 (72 registers a thread), and q/k/v took 5.0 us on the critical
-  // path against 6.3 (bench/RESULTS.md, thirteenth session). MARKBASE_CUDA_MATVEC_WARPS=2, 3 or 4
-  // forces it.
-  static const int forced = env_digit("MARKBASE_CUDA_MATVEC_WARPS", 2, 4);
-  const int warps = forced ? forced : q8_row_warps(K, 2);
+  const int warps = matvec_q8_warps(K);
   constexpr decltype(&matvec_q8_kernel<MB_Q4_0, R, 64>) q4_0[] = {
       matvec_q8_kernel<MB_Q4_0, R, 64>, matvec_q8_kernel<MB_Q4_0, R, 96>, matvec_q8_kernel<MB_Q4_0, R, 128>};
   constexpr decltype(&matvec_q8_kernel<MB_Q8_0, R, 64>) q8_0[] = {

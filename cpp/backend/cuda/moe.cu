@@ -146,6 +146,13 @@ constexpr int kRouterThreads = 128;
 constexpr int kRouterVec = 8;
 constexpr int kMaxExperts = 1024;
 
+// A/B switch: MARKBASE_CUDA_ROUTER_SCALE_EARLY=0 reads the chosen experts' scales after the top-k
+// (the same values: the logits do not change).
+bool router_scale_early() {
+  static const bool on = env_flag("MARKBASE_CUDA_ROUTER_SCALE_EARLY", true);
+  return on;
+}
+
 struct RouterArgs {
   WeightRef w;
   const float* x;
@@ -693,14 +700,11 @@ int moe_ffn_decode(cudaStream_t s, const WeightRef& router, const float* router_
                    int k, float* logits, float* route, unsigned* counter, const WeightRef& gu, const WeightRef& dn,
                    int Ie, int H, Q8Vec x_q8, float* act, Q8Vec act_q8, float* out, const WeightRef& gate,
                    const WeightRef& up, const WeightRef& dense_down, Q8Vec dense_x, float* dense_out) {
-  static const bool scale_early = env_flag("MARKBASE_CUDA_ROUTER_SCALE_EARLY", true);
-  static const int forced = env_digit("MARKBASE_CUDA_MATVEC_WARPS", 2, 4);  // as matvec_q8 (the same bits)
   const int I = dense_down.K;
   DenseMlp d{gate, up, dense_down, dense_x, act + static_cast<size_t>(k) * Ie,
              Q8Vec{act_q8.q + static_cast<size_t>(k) * Ie, act_q8.d + static_cast<size_t>(k) * Ie / 32}, dense_out, I, H};
-  const RouterArgs r{router, router_x, expert_scale, E, k, logits, route, counter, scale_early};
-  const int gu_dense_warps = forced ? forced : q8_row_warps(H, 2);
-  const int dn_dense_warps = forced ? forced : q8_row_warps(I, 2);
+  const RouterArgs r{router, router_x, expert_scale, E, k, logits, route, counter, router_scale_early()};
+  const int gu_dense_warps = matvec_q8_warps(H), dn_dense_warps = matvec_q8_warps(I);  // as matvec_q8: the same bits
   using RouterDense = decltype(&router_dense_kernel<MB_Q4_0, 64>);
   constexpr RouterDense a_q4[] = {router_dense_kernel<MB_Q4_0, 64>, router_dense_kernel<MB_Q4_0, 96>,
                                   router_dense_kernel<MB_Q4_0, 128>};
@@ -715,11 +719,9 @@ int moe_ffn_decode(cudaStream_t s, const WeightRef& router, const float* router_
 
 int moe_router(cudaStream_t s, const WeightRef& w, const float* x, const float* scale, int E, int k,
                float* logits, float* out, unsigned* counter) {
-  // A/B switch: MARKBASE_CUDA_ROUTER_SCALE_EARLY=0 reads the chosen experts' scales after the
-  // top-k (the same values: the logits do not change).
-  static const bool scale_early = env_flag("MARKBASE_CUDA_ROUTER_SCALE_EARLY", true);
 #define MB_ROUTER(T)                                                                                      \
-  enqueue(router_kernel<T>, E, kRouterThreads, 0, s, RouterArgs{w, x, scale, E, k, logits, out, counter, scale_early}); \
+  enqueue(router_kernel<T>, E, kRouterThreads, 0, s,                                                      \
+          RouterArgs{w, x, scale, E, k, logits, out, counter, router_scale_early()});                     \
   return 1;
   MB_TYPE_DISPATCH(w.type, MB_ROUTER)
 #undef MB_ROUTER

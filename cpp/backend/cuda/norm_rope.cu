@@ -63,7 +63,7 @@ __global__ void elementwise_kernel(const float* a, int as, const float* b, int b
   if constexpr (OP == Ew::GeluMul) y = mb_gelu_tanh(x) * b[static_cast<size_t>(row) * bs + j];
   else if constexpr (OP == Ew::Add) y = x + b[static_cast<size_t>(row) * bs + j];
   else if constexpr (OP == Ew::Scale) y = x * f;
-  else y = f * tanhf(x / f);
+  else y = softcap_value(x, f);
   out[static_cast<size_t>(row) * os + j] = y;
 }
 

@@ -22,6 +22,16 @@ namespace markbase::cuda {
 // none takes registers that would let more blocks share an SM (matvec_q8.cu, moe.cu).
 inline int q8_row_warps(int K, int lo) { return std::min(4, std::max(lo, (K / 16 + 63) / 64)); }
 
+// Warps a block of the decode products (matvec_q8, and the dense MLP's products in the MoE
+// launches, which must match it bit for bit): q8_row_warps, 2 to 4. On the 26B-A4B shape
+// (K = 2816: 176 units) 3 warps fit 9 blocks an SM where 4 fit 7 (72 registers a thread), and
+// q/k/v took 5.0 us on the critical path against 6.3 (bench/RESULTS.md, thirteenth session).
+// MARKBASE_CUDA_MATVEC_WARPS=2, 3 or 4 forces it.
+inline int matvec_q8_warps(int K) {
+  static const int forced = env_digit("MARKBASE_CUDA_MATVEC_WARPS", 2, 4);
+  return forced ? forced : q8_row_warps(K, 2);
+}
+
 // Quantizes v into block j / 32 (the 32 lanes of the calling warp hold values j0 .. j0 + 31 of
 // one block, j0 % 32 == 0, lane order); every lane must call, with v = 0 past the end. Lanes
 // with store == false take part in the block's maximum but write nothing.

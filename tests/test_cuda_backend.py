@@ -359,6 +359,23 @@ def test_moe_dense_mlp_in_expert_launches_bit_identical(need_cuda, tmp_path, qty
     assert on["kernels"] == apart["kernels"] - 3 * on["config"]["n_layers"], (on["kernels"], apart["kernels"])
 
 
+@pytest.mark.parametrize("preset", ["26b-a4b", "e2b"])
+def test_row_chain_compact_bit_identical(need_cuda, tmp_path, preset):
+    """The decode row chains run as one copy of the op's code in a loop (row_chain_kernel<true>,
+    the default), not unrolled over the plan's ops with constant indices
+    (MARKBASE_CUDA_CHAIN_COMPACT=0). The same ops in the same order: the logits and tokens must be
+    bit-identical, in as many kernels. The MoE file has chains of 5, 7 and 8 ops with norm groups
+    of 3 and 2; E2B adds the per-layer embedding's chains."""
+    path, summary, rng = _synthetic(tmp_path, f"{preset}-chain", preset=preset, layers=3, vocab=4096, qtype="q4_0")
+    ids = _ids(summary, 12, rng)
+    compact = _decode_fingerprint(path, ids, {})
+    unrolled = _decode_fingerprint(path, ids, {"MARKBASE_CUDA_CHAIN_COMPACT": "0"})
+    path.unlink(missing_ok=True)
+    assert compact["finite"]
+    assert (compact["sha"], compact["tokens"]) == (unrolled["sha"], unrolled["tokens"])
+    assert compact["kernels"] == unrolled["kernels"]
+
+
 @pytest.mark.parametrize("vocab", [4096, 65541], ids=["rows", "tall"])
 def test_lm_head_softcap_bit_identical(need_cuda, tmp_path, vocab):
     """Default-mode decode folds the final softcap into the LM head's product (both of its

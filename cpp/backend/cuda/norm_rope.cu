@@ -322,7 +322,14 @@ __device__ __forceinline__ void chain_load(const ChainPlan& p, float4* sm, bool 
   cp_async_commit();
 }
 
-__global__ void __launch_bounds__(kChainThreads) row_chain_kernel(ChainPlan p) {
+// COMPACT (the default): one copy of the op's code in a loop, the plan indexed at run time, instead
+// of the loop unrolled over kMaxRowOps ops with constant indices (66 KB of instructions against
+// 18 KB). The chain is one block, which fetches its instructions cold on every launch: decode on
+// the H200 went +2.8 % (26B-A4B), +3.4 % (its dense equivalent) and +3.5 % (E4B) on the 6-layer
+// files (bench/RESULTS.md, seventeenth session). The same arithmetic either way; the unrolled
+// form stays for A/B: MARKBASE_CUDA_CHAIN_COMPACT=0.
+template <bool COMPACT>
+__global__ void __launch_bounds__(kChainThreads) row_chain_kernel(const __grid_constant__ ChainPlan p) {
   extern __shared__ float4 sm[];  // p.slots rows of p.n4 float4s
   __shared__ float part[2][kNormGroup][kChainWarps];
   pdl_trigger();
@@ -334,9 +341,7 @@ __global__ void __launch_bounds__(kChainThreads) row_chain_kernel(ChainPlan p) {
   int norms = 0;
   float4 v[kChainVec];
   float sums[kMaxRowOps];  // each norm's sum of squares, reduced with its group's first norm
-#pragma unroll
-  for (int i = 0; i < kMaxRowOps; ++i) {  // constant indices: the plan stays in parameter space
-    if (i >= p.c.count) break;
+  auto op = [&](int i) {
     const RowOp& o = p.c.op[i];
     const float4* A = sm + p.a[i] * p.n4;
     const float4* B = sm + p.b[i] * p.n4;
@@ -408,6 +413,16 @@ __global__ void __launch_bounds__(kChainThreads) row_chain_kernel(ChainPlan p) {
       }
     }
     if (o.q8.q) quantize_float4s<kChainThreads>(v, o.q8, p.n4);
+  };
+  if constexpr (COMPACT) {
+#pragma unroll 1
+    for (int i = 0; i < p.c.count; ++i) op(i);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kMaxRowOps; ++i) {  // constant indices: the plan stays in parameter space
+      if (i >= p.c.count) break;
+      op(i);
+    }
   }
 }
 
@@ -458,7 +473,8 @@ ChainPlan chain_plan(const RowChain& c, int first, int count) {
 constexpr size_t kChainSmem = 200 * 1024;  // shared memory a launch may take (the H200 has 227 KB a block)
 
 void row_chain_setup() {
-  cudaFuncSetAttribute(row_chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kChainSmem));
+  for (auto k : {row_chain_kernel<true>, row_chain_kernel<false>})
+    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kChainSmem));
 }
 
 // Launches the chain as few pieces as fit the shared memory (one for Gemma's chains).
@@ -470,7 +486,9 @@ int row_chain(cudaStream_t s, const RowChain& c) {
            static_cast<size_t>(chain_plan(c, first, count + 1).slots) * (c.op[first].n / 4) * 16 <= kChainSmem)
       ++count;
     const ChainPlan p = chain_plan(c, first, count);
-    enqueue(row_chain_kernel, 1, kChainThreads, static_cast<size_t>(p.slots) * p.n4 * 16, s, p);
+    static const bool compact = env_flag("MARKBASE_CUDA_CHAIN_COMPACT", true);
+    enqueue(compact ? row_chain_kernel<true> : row_chain_kernel<false>, 1, kChainThreads,
+            static_cast<size_t>(p.slots) * p.n4 * 16, s, p);
     ++launches;
     first += count;
   }

@@ -1,7 +1,10 @@
 // markbase-bench: prefill and decode speed of a model, as API.md specifies.
 //   markbase-bench --model PATH [--backend B] [--threads N] [--prompt-tokens N]
-//                  [--gen-tokens N] [--repeats N] [--json]
-// The prompt is random token ids (seeded), so no tokenizer is involved; decode is greedy.
+//                  [--gen-tokens N] [--repeats N] [--json] [--temperature T --top-k K --top-p P
+//                  --min-p P --repeat-penalty R]
+// The prompt is random token ids (seeded), so no tokenizer is involved. Decode is greedy unless a
+// temperature is given; the draws are seeded, so runs repeat. Sampling is part of a token's time
+// (on the GPU backends it runs on the device).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -23,13 +26,22 @@ struct Args {
   int threads = 0, prompt_tokens = 512, gen_tokens = 128, repeats = 3, prefill_chunk = 0;
   bool json = false, bandwidth = false;
   double device_gbs = 0.0;  // --read-bandwidth-gbs: a bandwidth measured elsewhere (a GPU's)
+  markbase::SamplingParams sampling = greedy();
+
+  static markbase::SamplingParams greedy() {
+    markbase::SamplingParams sp;
+    sp.temperature = 0.0f;
+    sp.seed = 0;
+    sp.has_seed = true;
+    return sp;
+  }
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "markbase-bench: %s\nusage: markbase-bench --model PATH [--backend auto|cpu|metal|cuda] "
                "[--threads N] [--prompt-tokens N] [--gen-tokens N] [--repeats N] [--prefill-chunk N] [--json] [--bandwidth | "
-               "--read-bandwidth-gbs GBS]\n",
+               "--read-bandwidth-gbs GBS] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n",
                why.c_str());
   std::exit(2);
 }
@@ -39,6 +51,13 @@ int parse_int(const std::string& flag, const char* v, int lo) {
   long x = std::strtol(v, &end, 10);
   if (!*v || *end || x < lo || x > 10000000) usage("bad value for " + flag + ": " + v);
   return static_cast<int>(x);
+}
+
+float parse_float(const std::string& flag, const char* v) {
+  char* end = nullptr;
+  const double x = std::strtod(v, &end);
+  if (!*v || *end) usage("bad value for " + flag + ": " + v);
+  return static_cast<float>(x);
 }
 
 Args parse(int argc, char** argv) {
@@ -64,10 +83,20 @@ Args parse(int argc, char** argv) {
       a.device_gbs = std::strtod(v, &end);
       if (!*v || *end || !(a.device_gbs > 0.0 && a.device_gbs < 1e6)) usage("bad value for " + f + ": " + v);
     }
+    else if (f == "--temperature") a.sampling.temperature = parse_float(f, val());
+    else if (f == "--top-k") a.sampling.top_k = parse_int(f, val(), 0);
+    else if (f == "--top-p") a.sampling.top_p = parse_float(f, val());
+    else if (f == "--min-p") a.sampling.min_p = parse_float(f, val());
+    else if (f == "--repeat-penalty") a.sampling.repeat_penalty = parse_float(f, val());
     else if (f == "-h" || f == "--help") usage("help");
     else usage("unknown argument " + f);
   }
   if (a.model.empty()) usage("--model is required");
+  try {
+    a.sampling.validate();
+  } catch (const std::invalid_argument& e) {
+    usage(e.what());
+  }
   if (a.bandwidth && a.device_gbs > 0) usage("--bandwidth and --read-bandwidth-gbs exclude each other");
   if (a.backend != "auto" && a.backend != "cpu" && a.backend != "metal" && a.backend != "cuda")
     usage("--backend must be auto, cpu, metal or cuda");
@@ -127,8 +156,7 @@ int main(int argc, char** argv) {
     std::vector<int> prompt(a.prompt_tokens);
     for (int& t : prompt) t = 10 + static_cast<int>(rng() % static_cast<unsigned>(std::max(1, V - 10)));
     if (e.tokenizer() && e.tokenizer()->bos_id() >= 0) prompt[0] = e.tokenizer()->bos_id();
-    markbase::SamplingParams sp;
-    sp.temperature = 0.0f;
+    const markbase::SamplingParams& sp = a.sampling;
     std::vector<double> pre, dec;
     using clk = std::chrono::steady_clock;
     for (int r = 0; r < a.repeats; ++r) {
@@ -154,15 +182,22 @@ int main(int argc, char** argv) {
       std::printf("{\"model\": \"%s\", \"backend\": \"%s\", \"threads\": %d, \"prompt_tokens\": %d, "
                   "\"prefill_chunk\": %d, \"gen_tokens\": %d, \"repeats\": %d, \"prefill_tok_s\": %.3f, \"decode_tok_s\": %.3f, "
                   "\"peak_rss_mib\": %.1f, \"host_waits_per_token\": %d, \"kernels_per_token\": %d, "
-                  "\"decode_weight_bytes\": %.0f, \"read_bandwidth_gbs\": %.2f, \"decode_floor_tok_s\": %.2f}\n",
+                  "\"decode_weight_bytes\": %.0f, \"read_bandwidth_gbs\": %.2f, \"decode_floor_tok_s\": %.2f, "
+                  "\"temperature\": %g, \"top_k\": %d, \"top_p\": %g, \"min_p\": %g, \"repeat_penalty\": %g}\n",
                   a.model.c_str(), e.backend_name().c_str(), a.threads, a.prompt_tokens, a.prefill_chunk, a.gen_tokens,
-                  a.repeats, p, d, peak_mib, e.waits_per_token(), e.ops_per_token(), wbytes, bw, floor_tok_s);
+                  a.repeats, p, d, peak_mib, e.waits_per_token(), e.ops_per_token(), wbytes, bw, floor_tok_s,
+                  sp.temperature, sp.top_k, sp.top_p, sp.min_p, sp.repeat_penalty);
     } else {
       std::printf("model: %s\nbackend: %s\nprefill: %.1f tok/s (%d tokens)\ndecode: %.1f tok/s "
                   "(%d tokens)\npeak memory: %.1f MiB\nhost waits per token: %d\nkernels per token: %d\n"
                   "weight bytes per decode token: %.1f MiB\n",
                   a.model.c_str(), e.backend_name().c_str(), p, a.prompt_tokens, d, a.gen_tokens,
                   peak_mib, e.waits_per_token(), e.ops_per_token(), wbytes / 1048576.0);
+      if (sp.temperature > 0.0f)
+        std::printf("sampling: temperature %g, top-k %d, top-p %g, min-p %g, repeat penalty %g (seed 0)\n",
+                    sp.temperature, sp.top_k, sp.top_p, sp.min_p, sp.repeat_penalty);
+      else
+        std::printf("sampling: greedy\n");
       if (bw > 0)
         std::printf("read bandwidth: %.2f GB/s (%s)\ndecode floor: %.1f tok/s\n", bw,
                     a.bandwidth ? (std::to_string(bw_threads) + " threads").c_str() : "given", floor_tok_s);

@@ -40,7 +40,31 @@ def test_prefill_chunk_option(tiny_models):
     assert json.loads(r.stdout.strip().splitlines()[-1])["prefill_chunk"] == 4
 
 
+def test_sampled_decode(tiny_models):
+    """--temperature and the cuts: decode samples (seeded) instead of taking the arg-max, and the
+    JSON row says with what; without them it is greedy."""
+    base = ["--model", tiny_models["gemma3"].path, "--backend", "cpu", "--prompt-tokens", "8", "--gen-tokens", "6",
+            "--repeats", "1", "--json"]
+    r = _run(*base, "--temperature", "0.8", "--top-k", "40", "--top-p", "0.95", "--min-p", "0.05",
+             "--repeat-penalty", "1.1")
+    assert r.returncode == 0, r.stderr
+    row = json.loads(r.stdout.strip().splitlines()[-1])
+    assert (row["temperature"], row["top_k"], row["top_p"], row["min_p"], row["repeat_penalty"]) == \
+        (pytest.approx(0.8), 40, pytest.approx(0.95), pytest.approx(0.05), pytest.approx(1.1))
+    assert row["decode_tok_s"] > 0
+    r = _run(*base)
+    assert r.returncode == 0, r.stderr
+    row = json.loads(r.stdout.strip().splitlines()[-1])
+    assert (row["temperature"], row["top_k"], row["top_p"], row["min_p"], row["repeat_penalty"]) == (0, 0, 1, 0, 1)
+
+
 @pytest.mark.parametrize("args,message", [
+    (["--temperature", "warm"], "bad value for --temperature"),
+    (["--temperature", "-1"], "temperature must be"),
+    (["--top-k", "-1"], "bad value for --top-k"),
+    (["--top-p", "1.5"], "top_p must be in (0, 1]"),
+    (["--min-p", "2"], "min_p must be in [0, 1]"),
+    (["--repeat-penalty", "0"], "repeat_penalty must be"),
     (["--bandwidth", "--read-bandwidth-gbs", "10"], "exclude each other"),
     (["--read-bandwidth-gbs", "abc"], "bad value for --read-bandwidth-gbs"),
     (["--read-bandwidth-gbs", "-3"], "bad value for --read-bandwidth-gbs"),

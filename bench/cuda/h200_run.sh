@@ -118,6 +118,7 @@ fi
 
 wait_for() { while [ ! -f "$1" ] && [ "$(left)" -gt 20 ]; do sleep 2; done; [ -f "$1" ]; }
 
+SAMPLED="--temperature 0.8 --top-k 40 --top-p 0.95 --repeat-penalty 1.1"
 mb() {  # mb NAME FILE PROMPT GEN [env...]
   local name=$1 file=$2 p=$3 n=$4; shift 4
   [ "$(left)" -gt 40 ] || { log "skip $name (time)"; return; }
@@ -150,6 +151,9 @@ if has bench && wait_for $M/gen26.done; then
   log "26B file: $(ls -la $M/g4-26b-q4_0.gguf)"
   mb 26b_p512 $M/g4-26b-q4_0.gguf 512 128
   mb 26b_p4096 $M/g4-26b-q4_0.gguf 4096 64
+  # decode with sampling (on the device) instead of the arg-max: what a chat user runs; llama-bench
+  # does not sample at all, so compare this row with 26b_p512, not with llama.cpp
+  MBARGS="$SAMPLED" mb 26b_p512_sampled $M/g4-26b-q4_0.gguf 512 64
   mb 26b_p512_hostrouting $M/g4-26b-q4_0.gguf 512 64 MARKBASE_CUDA_HOST_ROUTING=1
   mb 26b_p512_nograph $M/g4-26b-q4_0.gguf 512 64 MARKBASE_CUDA_GRAPH=0
   mb 26b_p512_nopdl $M/g4-26b-q4_0.gguf 512 64 MARKBASE_CUDA_PDL=0
@@ -169,6 +173,7 @@ if has bench && wait_for $M/gen26.done; then
     mb dense_p512 $M/g4-26b-dense-q4_0.gguf 512 128
     mb e4b_p512 $M/g4-e4b-q4_0.gguf 512 128
     mb e4b_p4096 $M/g4-e4b-q4_0.gguf 4096 64
+    MBARGS="$SAMPLED" mb e4b_p512_sampled $M/g4-e4b-q4_0.gguf 512 64
     has profile && mb e4b_profile $M/g4-e4b-q4_0.gguf 512 16 MARKBASE_CUDA_PROFILE=1
     for c in ${CHUNKS:-}; do  # prefill chunk sizes other than the backend's (2048)
       MBARGS="--prefill-chunk $c" mb e4b_p4096_chunk$c $M/g4-e4b-q4_0.gguf 4096 16

@@ -26,15 +26,7 @@ struct Args {
   int threads = 0, prompt_tokens = 512, gen_tokens = 128, repeats = 3, prefill_chunk = 0;
   bool json = false, bandwidth = false;
   double device_gbs = 0.0;  // --read-bandwidth-gbs: a bandwidth measured elsewhere (a GPU's)
-  markbase::SamplingParams sampling = greedy();
-
-  static markbase::SamplingParams greedy() {
-    markbase::SamplingParams sp;
-    sp.temperature = 0.0f;
-    sp.seed = 0;
-    sp.has_seed = true;
-    return sp;
-  }
+  markbase::SamplingParams sampling;  // parse(): greedy unless --temperature, seed 0
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -53,21 +45,25 @@ int parse_int(const std::string& flag, const char* v, int lo) {
   return static_cast<int>(x);
 }
 
-float parse_float(const std::string& flag, const char* v) {
+double parse_real(const std::string& flag, const char* v) {
   char* end = nullptr;
   const double x = std::strtod(v, &end);
   if (!*v || *end) usage("bad value for " + flag + ": " + v);
-  return static_cast<float>(x);
+  return x;
 }
 
 Args parse(int argc, char** argv) {
   Args a;
+  a.sampling.temperature = 0.0f;
+  a.sampling.seed = 0;
+  a.sampling.has_seed = true;
   for (int i = 1; i < argc; ++i) {
     std::string f = argv[i];
     auto val = [&]() -> const char* {
       if (i + 1 >= argc) usage("missing value for " + f);
       return argv[++i];
     };
+    auto real = [&] { return static_cast<float>(parse_real(f, val())); };  // a sampling setting
     if (f == "--model") a.model = val();
     else if (f == "--backend") a.backend = val();
     else if (f == "--threads") a.threads = parse_int(f, val(), 0);
@@ -79,15 +75,14 @@ Args parse(int argc, char** argv) {
     else if (f == "--bandwidth") a.bandwidth = true;
     else if (f == "--read-bandwidth-gbs") {
       const char* v = val();
-      char* end = nullptr;
-      a.device_gbs = std::strtod(v, &end);
-      if (!*v || *end || !(a.device_gbs > 0.0 && a.device_gbs < 1e6)) usage("bad value for " + f + ": " + v);
+      a.device_gbs = parse_real(f, v);
+      if (!(a.device_gbs > 0.0 && a.device_gbs < 1e6)) usage("bad value for " + f + ": " + v);
     }
-    else if (f == "--temperature") a.sampling.temperature = parse_float(f, val());
+    else if (f == "--temperature") a.sampling.temperature = real();
     else if (f == "--top-k") a.sampling.top_k = parse_int(f, val(), 0);
-    else if (f == "--top-p") a.sampling.top_p = parse_float(f, val());
-    else if (f == "--min-p") a.sampling.min_p = parse_float(f, val());
-    else if (f == "--repeat-penalty") a.sampling.repeat_penalty = parse_float(f, val());
+    else if (f == "--top-p") a.sampling.top_p = real();
+    else if (f == "--min-p") a.sampling.min_p = real();
+    else if (f == "--repeat-penalty") a.sampling.repeat_penalty = real();
     else if (f == "-h" || f == "--help") usage("help");
     else usage("unknown argument " + f);
   }

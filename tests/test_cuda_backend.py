@@ -137,6 +137,17 @@ def _decode_fingerprint(path, ids, env: dict, n_tokens: int = 4) -> dict:
     return _json_with_env(code, env)
 
 
+def _fingerprints_match(path, ids, env: dict) -> tuple[dict, dict]:
+    """Decode fingerprints of the file at path with the defaults and with env added (the file is
+    deleted after): finite logits, and the same bits and tokens both ways. Returns both."""
+    on = _decode_fingerprint(path, ids, {})
+    other = _decode_fingerprint(path, ids, env)
+    path.unlink(missing_ok=True)
+    assert on["finite"]
+    assert (on["sha"], on["tokens"]) == (other["sha"], other["tokens"])
+    return on, other
+
+
 def test_host_routing_switch(need_cuda, tiny_models):
     """MARKBASE_CUDA_HOST_ROUTING=1 reads the router's top-k back in every MoE layer: same
     tokens, one extra host wait per MoE layer."""
@@ -350,12 +361,7 @@ def test_moe_dense_mlp_in_expert_launches_bit_identical(need_cuda, tmp_path, qty
     unchanged: the logits and tokens must be bit-identical to the dense MLP's own launches
     (MARKBASE_CUDA_MOE_DENSE=0), with 3 kernels a MoE layer fewer."""
     path, summary, rng = _synthetic(tmp_path, f"26b-dense-{qtype}", preset="26b-a4b", layers=2, vocab=4096, qtype=qtype)
-    ids = _ids(summary, 12, rng)
-    on = _decode_fingerprint(path, ids, {})
-    apart = _decode_fingerprint(path, ids, {"MARKBASE_CUDA_MOE_DENSE": "0"})
-    path.unlink(missing_ok=True)
-    assert on["finite"]
-    assert (on["sha"], on["tokens"]) == (apart["sha"], apart["tokens"])
+    on, apart = _fingerprints_match(path, _ids(summary, 12, rng), {"MARKBASE_CUDA_MOE_DENSE": "0"})
     assert on["kernels"] == apart["kernels"] - 3 * on["config"]["n_layers"], (on["kernels"], apart["kernels"])
 
 
@@ -367,12 +373,7 @@ def test_row_chain_compact_bit_identical(need_cuda, tmp_path, preset):
     bit-identical, in as many kernels. The MoE file has chains of 5, 7 and 8 ops with norm groups
     of 3 and 2; E2B adds the per-layer embedding's chains."""
     path, summary, rng = _synthetic(tmp_path, f"{preset}-chain", preset=preset, layers=3, vocab=4096, qtype="q4_0")
-    ids = _ids(summary, 12, rng)
-    compact = _decode_fingerprint(path, ids, {})
-    unrolled = _decode_fingerprint(path, ids, {"MARKBASE_CUDA_CHAIN_COMPACT": "0"})
-    path.unlink(missing_ok=True)
-    assert compact["finite"]
-    assert (compact["sha"], compact["tokens"]) == (unrolled["sha"], unrolled["tokens"])
+    compact, unrolled = _fingerprints_match(path, _ids(summary, 12, rng), {"MARKBASE_CUDA_CHAIN_COMPACT": "0"})
     assert compact["kernels"] == unrolled["kernels"]
 
 
@@ -385,13 +386,8 @@ def test_lm_head_softcap_bit_identical(need_cuda, tmp_path, vocab):
     scale a missing or doubled softcap moves the logits by ~0.2 %, inside the CPU comparison's
     bound, so only this test would see it.)"""
     path, summary, rng = _synthetic(tmp_path, f"e2b-cap-{vocab}", preset="e2b", layers=2, vocab=vocab, qtype="q4_0")
-    ids = _ids(summary, 8, rng)
-    on = _decode_fingerprint(path, ids, {})
-    apart = _decode_fingerprint(path, ids, {"MARKBASE_CUDA_HEAD_SOFTCAP": "0"})
-    path.unlink(missing_ok=True)
+    on, apart = _fingerprints_match(path, _ids(summary, 8, rng), {"MARKBASE_CUDA_HEAD_SOFTCAP": "0"})
     assert on["config"]["final_logit_softcapping"] > 0  # the file has a final softcap
-    assert on["finite"]
-    assert (on["sha"], on["tokens"]) == (apart["sha"], apart["tokens"])
     assert on["kernels"] == apart["kernels"] - 1
 
 

@@ -479,6 +479,7 @@ void row_chain_setup() {
 
 // Launches the chain as few pieces as fit the shared memory (one for Gemma's chains).
 int row_chain(cudaStream_t s, const RowChain& c) {
+  static const bool compact = env_flag("MARKBASE_CUDA_CHAIN_COMPACT", true);
   int launches = 0;
   for (int first = 0; first < c.count;) {
     int count = 1;
@@ -486,7 +487,6 @@ int row_chain(cudaStream_t s, const RowChain& c) {
            static_cast<size_t>(chain_plan(c, first, count + 1).slots) * (c.op[first].n / 4) * 16 <= kChainSmem)
       ++count;
     const ChainPlan p = chain_plan(c, first, count);
-    static const bool compact = env_flag("MARKBASE_CUDA_CHAIN_COMPACT", true);
     enqueue(compact ? row_chain_kernel<true> : row_chain_kernel<false>, 1, kChainThreads,
             static_cast<size_t>(p.slots) * p.n4 * 16, s, p);
     ++launches;

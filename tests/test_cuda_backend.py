@@ -377,6 +377,56 @@ def test_row_chain_compact_bit_identical(need_cuda, tmp_path, preset):
     assert compact["kernels"] == unrolled["kernels"]
 
 
+@pytest.mark.parametrize("qtype,narrow,mix", [("q4_0", False, None), ("q8_0", True, None), ("q4_0", True, "q8_0")],
+                         ids=["q4_0", "q8_0-narrow", "mixed-types"])
+def test_chain_router_bit_identical(need_cuda, tmp_path, qtype, narrow, mix):
+    """Default-mode decode of a Gemma 4 MoE layer runs its router beside the row chain before it,
+    in one launch (chain_router, moe.cu: block 0 runs the chain, the router blocks replay it up to
+    the router's input), and the dense MLP's gate/up in the experts' gate/up launch
+    (moe_ffn_decode_routed), with every part's arithmetic unchanged: the logits and tokens must be
+    bit-identical to the router's own launch after the chain (MARKBASE_CUDA_CHAIN_ROUTER=0), with
+    one kernel a MoE layer fewer, and with the dense blocks last in the gate/up launch instead of
+    first (MARKBASE_CUDA_DENSE_GU_FIRST=0). The full width (K = 2816: 3 warps a block both for the
+    experts and the dense MLP) and the narrow one (K = 256: 1 warp and 2, in blocks of 2 warps);
+    with the dense gate/up in another type than the experts the pair is not taken (as many
+    kernels, the same bits)."""
+    types = [r"blk\.\d+\.ffn_(gate|up)\.weight=" + mix] if mix else None
+    path, summary, rng = _synthetic(tmp_path, f"26b-cr-{qtype}", preset="26b-a4b", layers=2, vocab=4096, qtype=qtype,
+                                    narrow=narrow, tensor_types=types)
+    ids = _ids(summary, 12, rng)
+    last = _decode_fingerprint(path, ids, {"MARKBASE_CUDA_DENSE_GU_FIRST": "0"})
+    on, apart = _fingerprints_match(path, ids, {"MARKBASE_CUDA_CHAIN_ROUTER": "0"})
+    assert (last["sha"], last["tokens"]) == (on["sha"], on["tokens"])
+    fewer = 0 if mix else on["config"]["n_layers"]
+    assert on["kernels"] == apart["kernels"] - fewer, (on["kernels"], apart["kernels"])
+
+
+@pytest.mark.parametrize("experts,top_k", [(6, 3), (40, 5)])
+def test_chain_router_precise_mode(need_cuda, tmp_path, monkeypatch, experts, top_k):
+    """The router beside the row chain (chain_router) in precise mode, where the experts and the
+    dense MLP keep their own launches, on tiny Hugging Face MoE models whose expert counts leave
+    the last router block part empty (4 experts a block): the same logits bit for bit and the same
+    tokens as the two launches one after the other (MARKBASE_CUDA_CHAIN_ROUTER=0), one launch a
+    layer fewer, and both against the CPU's precise mode."""
+    import tiny_gemma
+    model = tiny_gemma.build_model("gemma4_moe", seed=11, num_experts=experts, top_k_experts=top_k)
+    path = tiny_gemma.save_model(model, str(tmp_path / f"moe-{experts}"))
+    rng = np.random.default_rng(experts)
+    ids = [2] + [int(x) for x in rng.integers(4, 512, 19)]
+    out = {}
+    for flag in ("1", "0"):
+        monkeypatch.setenv("MARKBASE_CUDA_CHAIN_ROUTER", flag)
+        m = markbase.Model.load(path, backend="cuda", precise=True, kv_cache="f32", prefill_chunk=1)
+        out[flag] = (np.asarray(m.logits(ids)), _greedy(m, ids, 6), m.stats()["kernels_per_token"])
+        del m
+    assert np.array_equal(out["1"][0], out["0"][0])
+    assert out["1"][1] == out["0"][1]
+    assert out["1"][2] < out["0"][2]
+    cpu = markbase.Model.load(path, backend="cpu", precise=True, kv_cache="f32", prefill_chunk=1)
+    assert rel_err(out["1"][0], np.asarray(cpu.logits(ids))) < MAX_REL
+    assert out["1"][1] == _greedy(cpu, ids, 6)
+
+
 @pytest.mark.parametrize("vocab", [4096, 65541], ids=["rows", "tall"])
 def test_lm_head_softcap_bit_identical(need_cuda, tmp_path, vocab):
     """Default-mode decode folds the final softcap into the LM head's product (both of its

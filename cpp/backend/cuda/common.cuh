@@ -72,6 +72,18 @@ __device__ __forceinline__ unsigned atomic_add_acq_rel(unsigned* p, unsigned v) 
   return old;
 }
 
+// *p += v with release semantics at device scope, no value back (the writer's earlier accesses,
+// loads included, are done before the count is), and a device-scope acquire load of *p (what the
+// counted blocks did before their release is visible after it): a block that waits for others.
+__device__ __forceinline__ void red_add_release(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 // The final logit softcap, y = cap tanh(x / cap): the softcap op and the LM head's product that
 // folds it in (matvec_q8.cu) compute it here, so that both give the same bits.
 __device__ __forceinline__ float softcap_value(float x, float cap) { return cap * tanhf(x / cap); }

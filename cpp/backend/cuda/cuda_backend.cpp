@@ -25,7 +25,8 @@
 //    MARKBASE_CUDA_HEAD_SOFTCAP=0 launches the final softcap on its own instead of in the LM head's
 //    decode product (the same arithmetic: bit-identical logits); MARKBASE_CUDA_MOE_DENSE=0 runs a
 //    MoE layer's dense MLP in its own launches (on the second stream) instead of in the router's
-//    and the experts' (cuda::moe_ffn_decode; bit-identical).
+//    and the experts' (cuda::moe_ffn_decode; bit-identical); MARKBASE_CUDA_CHAIN_ROUTER=0 launches a
+//    MoE router after the row chain before it instead of beside it (cuda::chain_router; bit-identical).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -193,7 +194,7 @@ struct GraphState {
   cuda::Q8Vec prefill_q8v;     // row r's codes at r * K, its scales at r * K / 32
   DevPtr matmul_scratch;       // prefill int8 products: split-K parts and tile counters
   cuda::MatmulQ8Scratch matmul_scratch_v;
-  DevPtr router_counter;       // cuda::moe_router's count of finished blocks
+  DevPtr router_counter;       // cuda::moe_router's count of finished blocks (cuda::chain_router: two counts)
   cudaGraphExec_t exec = nullptr;
   const CudaCaches* captured_for = nullptr;
   int kernels = 0;             // kernels launched by one run of the graph
@@ -237,6 +238,7 @@ class CudaBackend : public Backend {
     fuse_ = env_flag("MARKBASE_CUDA_FUSE", true);
     head_softcap_ = env_flag("MARKBASE_CUDA_HEAD_SOFTCAP", true);
     moe_dense_ = env_flag("MARKBASE_CUDA_MOE_DENSE", true);
+    chain_router_ = env_flag("MARKBASE_CUDA_CHAIN_ROUTER", true);
     streams_ = env_flag("MARKBASE_CUDA_STREAMS", true) && !trace_;  // the trace is one stream's order
     int8_prefill_ = env_flag("MARKBASE_CUDA_INT8_PREFILL", true) && !opt_.precise;
     attn_tc_ = env_flag("MARKBASE_CUDA_ATTN_TC", true);
@@ -623,7 +625,7 @@ class CudaBackend : public Backend {
       st->matmul_scratch = dev_alloc(mmq);  // zeroed: the tile counters start at 0
       st->matmul_scratch_v = {st->matmul_scratch.get(), mmq};
     }
-    st->router_counter = dev_alloc(sizeof(unsigned));
+    st->router_counter = dev_alloc(2 * sizeof(unsigned));
     if (q8_graph(g)) {
       for (size_t i = 0; i < g.slots.size(); ++i) st->q8.push_back(dev_alloc(q8_bytes(g.slots[i].cols)));
       if (act) st->moe_act_q8 = dev_alloc(q8_bytes((act + 31) / 32 * 32));
@@ -829,8 +831,10 @@ class CudaBackend : public Backend {
   // product at oi: [router product, MoeRoute, MoeExperts, dense gate, dense up, GeGLU, dense down],
   // with the dense MLP reading neither the router's nor the experts' outputs. Then
   // cuda::moe_ffn_decode runs all seven in four launches, when the weights' types allow it
-  // (cuda::moe_dense_fits). Returns the index of the dense down, or 0.
-  size_t moe_dense(const Graph& g, size_t oi, const std::vector<char>& done) {
+  // (cuda::moe_dense_fits). routed: the router pair runs in the row chain's launch before it
+  // (cuda::chain_router), and cuda::moe_ffn_decode_routed runs the other five in three launches.
+  // Returns the index of the dense down, or 0.
+  size_t moe_dense(const Graph& g, size_t oi, const std::vector<char>& done, bool routed) {
     if (!moe_dense_ || !router_pair(g, oi) || !q8_graph(g) || oi + 6 >= g.ops.size()) return 0;
     const Op &r = g.ops[oi], &e = g.ops[oi + 2], &ga = g.ops[oi + 3], &up = g.ops[oi + 4], &gm = g.ops[oi + 5],
              &dn = g.ops[oi + 6];
@@ -846,7 +850,8 @@ class CudaBackend : public Backend {
                        static_cast<int>(dn.w->cols()) == ga.n && g.slots[e.out].cols >= e.n;
     if (!shape) return 0;
     const int Ie = e.k, H = e.n;
-    const bool fits = cuda::moe_dense_fits(wref(r.w), wref(e.w, 2 * static_cast<size_t>(Ie)),
+    const cuda::WeightRef router = wref(r.w);
+    const bool fits = cuda::moe_dense_fits(routed ? nullptr : &router, wref(e.w, 2 * static_cast<size_t>(Ie)),
                                            wref(e.w2, static_cast<size_t>(H)), wref(ga.w), wref(up.w), wref(dn.w), Ie,
                                            ga.n);
     return fits ? oi + 6 : 0;
@@ -879,6 +884,7 @@ class CudaBackend : public Backend {
     std::vector<char> stepped(g.ops.size(), 0);  // ops whose step is over (uses)
     std::vector<int> q8_cols(g.slots.size(), 0);  // columns of each slot's current quantized copy
     std::vector<int> requantized;  // slots quantize_q8 rewrote in this step (uses)
+    size_t chain_routed = SIZE_MAX;  // the last router product launched by cuda::chain_router
     cuda::HeadFinishArgs hf;
     size_t step_no = 0;
     cur_ = stream_;
@@ -995,10 +1001,27 @@ class CudaBackend : public Backend {
               quantized.push_back(o.out);
             }
           }
-          kernels += cuda::row_chain(cur_, c);
-          step_key = "RowChain from " + step_key;
+          // A MoE router right after the chain, on one of its rows, runs beside it in its launch
+          // (cuda::chain_router; MARKBASE_CUDA_CHAIN_ROUTER=0: after it). In default mode the
+          // feed-forward then runs as cuda::moe_ffn_decode_routed (MoeExperts below): the pair is
+          // taken when that fits too, or when moe_ffn_decode would not have run it either.
+          size_t routed = 0;
+          if (const size_t r = chain.back() + 1; chain_router_ && r + 1 < g.ops.size() && !done[r] && router_pair(g, r)) {
+            const Op &rm = g.ops[r], &ro = g.ops[r + 1];
+            const float* router_in = ptr<float>(st.slots[rm.a]);
+            const bool ffn_ok = !moe_dense(g, r, done, false) || moe_dense(g, r, done, true);
+            if (ffn_ok && cuda::chain_router_fits(c, router_in, wref(rm.w), ro.group)) {
+              kernels += cuda::chain_router(cur_, c, router_in, wref(rm.w), ro.w2 ? small_f32(ro.w2) : nullptr,
+                                            ro.group, ro.k, ptr<float>(st.slots[rm.out]), ptr<float>(st.slots[ro.out]),
+                                            ptr<unsigned>(st.router_counter));
+              routed = r + 1;
+              chain_routed = r;
+            }
+          }
+          if (!routed) kernels += cuda::row_chain(cur_, c);
+          step_key = (routed ? "RowChain+router from " : "RowChain from ") + step_key;
           if (profile_) st.timed.back().first = step_key;
-          oi = chain.back();
+          oi = routed ? routed : chain.back();
           for (size_t j = first; j <= oi; ++j)
             if (g.ops[j].out >= 0) q8_cols[g.ops[j].out] = 0;
           for (int q : quantized) q8_cols[q] = op.n;
@@ -1075,7 +1098,7 @@ class CudaBackend : public Backend {
         }
         case OpKind::MatMul: {
           const Op* nx = oi + 1 < g.ops.size() ? &g.ops[oi + 1] : nullptr;
-          if (const size_t dense_down = moe_dense(g, oi, done)) {  // router, experts and dense MLP
+          if (const size_t dense_down = moe_dense(g, oi, done, false)) {  // router, experts and dense MLP
             const Op &e = g.ops[oi + 2], &ga = g.ops[oi + 3], &up = g.ops[oi + 4], &dn = g.ops[dense_down];
             const int Ie = e.k, H = e.n, K = e.heads;
             const cuda::Q8Vec h2 = need_q8(e.a, H), h = need_q8(ga.a, H);
@@ -1187,7 +1210,20 @@ class CudaBackend : public Backend {
           const int E = static_cast<int>(op.w->shape[0]), Ie = op.k, H = op.n, K = op.heads;
           const cuda::WeightRef gu = wref(op.w, 2 * static_cast<size_t>(Ie));
           const cuda::WeightRef dn = wref(op.w2, static_cast<size_t>(H));
-          if (rows <= kDecodeRows) {
+          // routed by cuda::chain_router, with the dense MLP after (moe_dense)
+          const size_t dense_down = chain_routed + 2 == oi ? moe_dense(g, chain_routed, done, true) : 0;
+          if (dense_down) {
+            const Op &ga = g.ops[oi + 1], &up = g.ops[oi + 2], &ddn = g.ops[dense_down];
+            const cuda::Q8Vec h2 = need_q8(op.a, H), h = need_q8(ga.a, H);
+            kernels += cuda::moe_ffn_decode_routed(cur_, b, E, K, gu, dn, Ie, H, h2, st.moe.act,
+                                                   q8_of(st.moe_act_q8, static_cast<size_t>(K) * Ie + ga.n), out,
+                                                   wref(ga.w), wref(up.w), wref(ddn.w), h, ptr<float>(st.slots[ddn.out]));
+            for (size_t j = oi + 1; j <= dense_down; ++j) {
+              done[j] = 1;
+              if (g.ops[j].out >= 0) q8_cols[g.ops[j].out] = 0;
+            }
+            oi = dense_down;
+          } else if (rows <= kDecodeRows) {
             const bool ids = host_routing_ && static_cast<int>(host_ids_.size()) == rows * K && rows * K <= 64;
             const bool q8 = reads_q8(g, op, op.a);
             kernels += cuda::moe_experts_decode(cur_, gu, dn, E, Ie, H, K, a, as, b, bs, rows,
@@ -1251,6 +1287,7 @@ class CudaBackend : public Backend {
   bool host_routing_ = false, use_graphs_ = true, profile_ = false, fuse_ = true, int8_prefill_ = true;
   bool head_softcap_ = true;
   bool moe_dense_ = true;  // MARKBASE_CUDA_MOE_DENSE=0: the dense MLP of a MoE layer in its own launches
+  bool chain_router_ = true;  // MARKBASE_CUDA_CHAIN_ROUTER=0: a MoE router in its own launch after the row chain
   bool streams_ = true;  // MARKBASE_CUDA_STREAMS=0: every step on one stream
   bool attn_tc_ = true;  // default-mode prefill attention on the tensor cores (attention_tc.cu)
   bool capturing_ = false;           // encode() is recording into a CUDA graph

@@ -243,15 +243,30 @@ int moe_router(cudaStream_t s, const WeightRef& w, const float* x, const float* 
 // beside the experts included (moe.cu): the router (as moe_router) with the dense gate and up
 // products; the experts' gate/up; the quantization of both GeGLU outputs (act and act_q8 hold
 // k * Ie + I values); the experts' down product with the dense one. moe_dense_fits: whether the
-// types and widths allow it (a float32 router; Q4_0 or Q8_0 products, the experts' down and the
-// dense down of one type; Ie and I multiples of 32).
-bool moe_dense_fits(const WeightRef& router, const WeightRef& gate_up, const WeightRef& down, const WeightRef& gate,
+// types and widths allow it (Q4_0 or Q8_0 products, the experts' down and the dense down of one
+// type; Ie and I multiples of 32) and, with the router given, a float32 router; with it null,
+// moe_ffn_decode_routed's conditions (the dense gate and up of the experts' type and thread count).
+bool moe_dense_fits(const WeightRef* router, const WeightRef& gate_up, const WeightRef& down, const WeightRef& gate,
                     const WeightRef& up, const WeightRef& dense_down, int Ie, int I);
 int moe_ffn_decode(cudaStream_t s, const WeightRef& router, const float* router_x, const float* expert_scale, int E,
                    int k, float* logits, float* route, unsigned* counter, const WeightRef& gate_up,
                    const WeightRef& down, int Ie, int H, Q8Vec x_q8, float* act, Q8Vec act_q8, float* out,
                    const WeightRef& gate, const WeightRef& up, const WeightRef& dense_down, Q8Vec dense_x,
                    float* dense_out);
+// moe_ffn_decode after chain_router (the route already in device memory), in three launches: the
+// dense gate and up products ride in the experts' gate/up launch.
+int moe_ffn_decode_routed(cudaStream_t s, const float* route, int E, int k, const WeightRef& gate_up,
+                          const WeightRef& down, int Ie, int H, Q8Vec x_q8, float* act, Q8Vec act_q8, float* out,
+                          const WeightRef& gate, const WeightRef& up, const WeightRef& dense_down, Q8Vec dense_x,
+                          float* dense_out);
+// Decode, one token: the row chain c and, beside it in the same launch, the MoE router (as
+// moe_router) on one of the chain's rows, router_in (moe.cu). counters: two device words, zero
+// before the first launch (the kernel leaves them zero). chain_router_fits: whether the pair fits
+// one launch (a float router whose K is the chain's width, the chain in one launch's shared
+// memory); chain_router returns 0 (nothing launched) when it does not.
+bool chain_router_fits(const RowChain& c, const float* router_in, const WeightRef& w, int n_experts);
+int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, const WeightRef& w,
+                 const float* expert_scale, int n_experts, int k, float* logits, float* out, unsigned* counters);
 // Decode: experts read by id from the route slot (or from host_ids when not null: the debug mode
 // that routes on the host). act: rows * k * Ie floats of scratch.
 // x_q8 set (one row; both weights of a has_q8_dot type, Ie % 32 == 0): the products run on the

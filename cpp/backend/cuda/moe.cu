@@ -8,9 +8,11 @@
 //    matmuls (matmul.cu) run over that list with a fixed grid whose surplus blocks exit, so each
 //    expert's weights are read once per tile of its tokens.
 #include <algorithm>
+#include <stdexcept>
 
 #include "backend/cuda/fast_dot.cuh"
 #include "backend/cuda/q8.cuh"
+#include "backend/cuda/row_chain.cuh"
 
 namespace markbase::cuda {
 namespace {
@@ -231,6 +233,104 @@ __global__ void __launch_bounds__(kRouterThreads) router_kernel(RouterArgs a) {
   router_block<TYPE>(a, blockIdx.x);
 }
 
+// Decode, one token: the row chain before a MoE router (the post-attention norm, the residual
+// add, the feed-forward input norms) and the router itself, in one launch, side by side instead of
+// one after the other. Block 0 runs the chain (row_chain.cuh), writing its rows. Every other block
+// replays in its shared memory, writing nothing, the chain's ops up to the one that writes the
+// router's input (slot rn_slot), then computes kRouterGroups experts' logits, kRouterThreads
+// threads each, in router_block's order (the same bits); the last router block to finish routes.
+// So the router's step leaves the layer's critical path: it no longer waits for the chain's launch
+// to end, nor the experts for the router's. Block 0 rewrites rows that the router blocks copy in
+// (the residual), so it holds its first store until every router block has counted its copies done
+// (*copied, which it then resets). All blocks fit on the GPU at once, and block 0 is the only one
+// that waits, for blocks that wait for nothing. Every block runs the same chain code (one call
+// site: the compact loop, ~18 KB), since the sixteenth session's form, the unrolled chain and an
+// unrolled replay of it in one kernel of 147 KB, ran its chain block at 13 us against 5.7 alone.
+constexpr int kRouterGroups = kChainThreads / kRouterThreads;
+
+template <int TYPE>
+__global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __grid_constant__ ChainPlan p,
+                                                                     int replay_ops, int rn_slot, RouterArgs r,
+                                                                     unsigned* copied) {
+  extern __shared__ float4 sm[];  // p.slots rows of p.n4 float4s
+  __shared__ float p_route[kMaxExperts];
+  __shared__ float part[kChainWarps];
+  __shared__ float lg[kRouterGroups];
+  __shared__ bool last;
+  pdl_trigger();
+  const bool chain_block = blockIdx.x == 0;
+  const unsigned routers = gridDim.x - 1;
+  const int grp = threadIdx.x / kRouterThreads, gt = threadIdx.x % kRouterThreads, lane = threadIdx.x & 31;
+  const int e0 = (static_cast<int>(blockIdx.x) - 1) * kRouterGroups, e = e0 + grp;
+  const WeightRef& w = r.w;
+  const int E = r.E, k = r.k;
+  // Before the wait (weights, which no kernel writes): this group's router row in registers (the
+  // launcher checked K <= kRouterThreads * 4 * kRouterVec) and the first warp's per-expert scales,
+  // as router_block loads them.
+  float4 wv[kRouterVec];
+  const bool reg_route = E <= 128 && k <= 32;
+  float sc[4];
+  const bool sc_early = !chain_block && r.scale_early && r.scale && reg_route && threadIdx.x < 32;
+  if (!chain_block) {
+    const mb_u8* row = w.data + static_cast<size_t>(e < E ? e : 0) * w.row_bytes;
+#pragma unroll
+    for (int c = 0; c < kRouterVec; ++c) {
+      const int i = (gt + kRouterThreads * c) * 4;
+      wv[c] = e < E && i < w.K ? w4<TYPE>(row, i, w.K) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    if (sc_early) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sc[i] = threadIdx.x + 32 * i < E ? r.scale[threadIdx.x + 32 * i] : 1.0f;
+    }
+  }
+  chain_load(p, sm, true);
+  pdl_wait();
+  chain_load(p, sm, false);
+  cp_async_wait<0>();
+  if (!chain_block) {
+    __syncthreads();  // every thread's copies have landed: block 0 may overwrite those rows now
+    if (threadIdx.x == 0) red_add_release(copied, 1u);
+  }
+  run_chain<true>(p, sm, chain_block ? p.c.count : replay_ops, chain_block, [&] {
+    if (threadIdx.x == 0) {
+      while (ld_acquire(copied) < routers) {
+      }
+      *copied = 0;
+    }
+    __syncthreads();
+  });
+  if (chain_block) return;
+  __syncthreads();  // the dot below reads other threads' float4s of the router's input
+  const float4* x = sm + rn_slot * p.n4;
+  float acc = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kRouterVec; ++c) {
+    const int i = gt + kRouterThreads * c;
+    if (i * 4 < w.K) acc += dot4(wv[c], x[i]);
+  }
+  // block_sum's order over each group's kRouterThreads threads
+  acc = warp_sum(acc);
+  if (lane == 0) part[threadIdx.x >> 5] = acc;
+  __syncthreads();
+  if (gt < 32) {
+    constexpr int kGroupWarps = kRouterThreads / 32;
+    const float v = warp_sum(gt < kGroupWarps ? part[grp * kGroupWarps + gt] : 0.0f);
+    if (gt == 0) lg[grp] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int g = 0; g < kRouterGroups && e0 + g < E; ++g) r.logits[e0 + g] = lg[g];
+    last = atomic_add_acq_rel(r.counter, 1u) == routers - 1;  // as router_block's counter
+  }
+  __syncthreads();
+  if (!last) return;
+  if (threadIdx.x < 32) {
+    if (reg_route) route_row_reg<4>(r.logits, r.scale, E, k, r.out, sc_early ? sc : nullptr);
+    else route_row(r.logits, r.scale, E, k, r.out, p_route);
+  }
+  if (threadIdx.x == 0) *r.counter = 0;
+}
+
 struct HostIds {
   int n;
   int ids[kMaxHostIds];
@@ -315,18 +415,12 @@ __global__ void __launch_bounds__(kWarps * 32) down_kernel(WeightRef w, int E, i
 constexpr int kQ8Threads = 128;
 constexpr int kPairs = 2;  // 4 ran the 26B-A4B experts 2 us a layer slower on the H200
 
+// Rows r0 .. r0 + kPairs - 1 of expert slot j, by the block's first THREADS threads (a block of
+// the dense MLP's launch may be wider: the others only pass the barrier). The caller has waited.
 template <int TYPE, int THREADS>
-__global__ void __launch_bounds__(THREADS) gate_up_q8_kernel(WeightRef w, int E, int Ie, int k, Q8Vec x,
-                                                              const float* route, HostIds hid, float* act,
-                                                              bool trigger_late) {
-  if (trigger_late) {  // see down_q8_kernel's `early`
-    pdl_wait();
-    pdl_trigger();
-  } else {
-    pdl_entry();
-  }
+__device__ __forceinline__ void gate_up_q8_block(const WeightRef& w, int E, int Ie, int k, const Q8Vec& x,
+                                                 const float* route, const HostIds& hid, float* act, int r0, int j) {
   constexpr int R = 2 * kPairs;
-  const int r0 = blockIdx.x * kPairs, j = blockIdx.y;
   const int e = expert_of(route, 0, 0, j, E, hid, k);
   const mb_u8* base = w.data + static_cast<size_t>(e) * w.expert_bytes;
   const mb_u8* rows[R];
@@ -343,7 +437,7 @@ __global__ void __launch_bounds__(THREADS) gate_up_q8_kernel(WeightRef w, int E,
   // only be asked for once the route is known, so every load is on the critical path. The sums
   // keep the order of one unit at a time.
   const int units = w.K / 16;
-  for (int u = threadIdx.x; u < units; u += 2 * THREADS) {
+  for (int u = threadIdx.x < THREADS ? static_cast<int>(threadIdx.x) : units; u < units; u += 2 * THREADS) {
     const int u2 = u + THREADS;
     const bool two = u2 < units;
     WUnit wa[R], wb[R];
@@ -361,7 +455,7 @@ __global__ void __launch_bounds__(THREADS) gate_up_q8_kernel(WeightRef w, int E,
       for (int r = 0; r < R; ++r) acc[r] += unit_dot<TYPE>(wb[r], xb);
     }
   }
-  __shared__ float part[THREADS / 32][R];
+  __shared__ float part[4][R];  // up to 4 warps a block
   warp_partials(acc, part);
   if (threadIdx.x < kPairs && r0 + static_cast<int>(threadIdx.x) < Ie) {
     float g = 0.0f, u = 0.0f;
@@ -372,6 +466,19 @@ __global__ void __launch_bounds__(THREADS) gate_up_q8_kernel(WeightRef w, int E,
     }
     act[static_cast<size_t>(j) * Ie + r0 + threadIdx.x] = mb_gelu_tanh(g) * u;
   }
+}
+
+template <int TYPE, int THREADS>
+__global__ void __launch_bounds__(THREADS) gate_up_q8_kernel(WeightRef w, int E, int Ie, int k, Q8Vec x,
+                                                              const float* route, HostIds hid, float* act,
+                                                              bool trigger_late) {
+  if (trigger_late) {  // see down_q8_kernel's `early`
+    pdl_wait();
+    pdl_trigger();
+  } else {
+    pdl_entry();
+  }
+  gate_up_q8_block<TYPE, THREADS>(w, E, Ie, k, x, route, hid, act, blockIdx.x * kPairs, blockIdx.y);
 }
 
 // grid: H / ROWS; a block computes ROWS output rows over all k experts (the units of
@@ -502,6 +609,48 @@ __global__ void __launch_bounds__(kRouterThreads) router_dense_kernel(RouterArgs
     d.act[r0 + threadIdx.x] = mb_gelu_tanh(gu[2 * threadIdx.x]) * gu[2 * threadIdx.x + 1];
 }
 
+// After chain_router (the route already in device memory): the experts' gate/up rows and the
+// dense MLP's gate/up rows (router_dense_kernel's; both of weight type TYPE) in one launch of
+// blocks of max(GT, DT) threads;
+// the expert blocks compute on their first GT threads, the dense blocks on their first DT, so each
+// row's sum is the one its own kernel gives. grid: the dense blocks first when dense_first (the
+// default), else the experts' (k * nb blocks, nb = Ie / kPairs rounded up), then the other kind.
+// Dense blocks first are resident at the launch and load their first weights before the wait,
+// while the chain and router run; last, they start after the experts' blocks and their rows
+// lengthen the step. H200, 6-layer 26B-A4B file: 2069 tok/s first, 2005 last, 2030 with the
+// router in its own launch (MARKBASE_CUDA_CHAIN_ROUTER=0; bench/RESULTS.md, eighteenth session).
+template <int TYPE, int GT, int DT>
+__global__ void __launch_bounds__(GT > DT ? GT : DT) gate_up_dense_kernel(WeightRef w, int E, int Ie, int k, Q8Vec x,
+                                                                          const float* route, float* act,
+                                                                          bool trigger_late, DenseMlp d,
+                                                                          bool dense_first) {
+  if (!trigger_late) pdl_trigger();
+  const int nb = (Ie + kPairs - 1) / kPairs, experts = k * nb, dense = (d.I + kPairs - 1) / kPairs;
+  const int b = blockIdx.x;
+  const bool is_dense = dense_first ? b < dense : b >= experts;
+  if (!is_dense) {
+    const int eb = dense_first ? b - dense : b;
+    pdl_wait();
+    if (trigger_late) pdl_trigger();  // see down_q8_kernel's `early`
+    gate_up_q8_block<TYPE, GT>(w, E, Ie, k, x, route, HostIds{}, act, (eb % nb) * kPairs, eb / nb);
+    return;
+  }
+  const int r0 = (dense_first ? b : b - experts) * kPairs;
+  const mb_u8* rows[2 * kPairs];
+#pragma unroll
+  for (int p = 0; p < kPairs; ++p) {
+    const int i = min(r0 + p, d.I - 1);
+    rows[2 * p] = d.gate.data + static_cast<size_t>(i) * d.gate.row_bytes;
+    rows[2 * p + 1] = d.up.data + static_cast<size_t>(i) * d.up.row_bytes;
+  }
+  const float v = matvec_q8_block<TYPE, 2 * kPairs, DT>(rows, d.H, d.gate.row_bytes, d.x, trigger_late);
+  __shared__ float gu[2 * kPairs];
+  if (threadIdx.x < 2 * kPairs) gu[threadIdx.x] = v;
+  __syncthreads();
+  if (threadIdx.x < kPairs && r0 + static_cast<int>(threadIdx.x) < d.I)
+    d.act[r0 + threadIdx.x] = mb_gelu_tanh(gu[2 * threadIdx.x]) * gu[2 * threadIdx.x + 1];
+}
+
 // grid: the experts' down blocks (down_q8_kernel's), then one block per 4 dense outputs.
 template <int TYPE, int FLIGHT, int ROWS, int DT>
 __global__ void __launch_bounds__(kQ8Threads) down_dense_kernel(WeightRef w, int E, int Ie, int H, int k,
@@ -576,13 +725,20 @@ __global__ void combine_kernel(const float* route, int rs, const float* y, int H
   out[static_cast<size_t>(t) * os + h] = acc;
 }
 
+// Warps of the decode gate/up kernel (gate_up_q8_kernel's THREADS / 32) for rows of K weights;
+// MARKBASE_CUDA_GATE_UP_WARPS=1-4 forces it.
+int gate_up_warps(int K) {
+  static const int forced = env_digit("MARKBASE_CUDA_GATE_UP_WARPS", 1, 4);
+  return forced ? forced : q8_row_warps(K, 1);
+}
+
 // Decode experts on the quantized x: gate/up with gu_warps warps a block (1-4), the quantization
 // of their output, and down with `flight` units a thread in flight (2-4).
 template <int TYPE>
 void experts_q8(cudaStream_t s, int gu_warps, int flight, int forced_rows, bool dn_early, const WeightRef& gu,
                 const WeightRef& dn, int E, int Ie, int H, int k, Q8Vec x_q8, const float* route,
                 const HostIds& hid, float* act, Q8Vec act_q8, float* out, const DenseMlp* dense,
-                int dense_warps) {
+                int dense_warps, bool dense_gate_up) {
   constexpr decltype(&gate_up_q8_kernel<TYPE, 32>) gate_up[] = {
       gate_up_q8_kernel<TYPE, 32>, gate_up_q8_kernel<TYPE, 64>, gate_up_q8_kernel<TYPE, 96>,
       gate_up_q8_kernel<TYPE, 128>};
@@ -601,8 +757,21 @@ void experts_q8(cudaStream_t s, int gu_warps, int flight, int forced_rows, bool 
       per_sm = 0;
     rows = MB_BLOCKS(H, 2) > static_cast<unsigned>(per_sm * sm_count()) ? 4 : 2;
   }
-  enqueue(gate_up[gu_warps - 1], dim3(MB_BLOCKS(Ie, kPairs), k), 32 * gu_warps, 0, s, gu, E, Ie, k, x_q8, route, hid,
-          act, dn_early);
+  if (dense_gate_up) {  // moe_dense_fits (routed) checked the pair of thread counts
+    static const bool dense_first = env_flag("MARKBASE_CUDA_DENSE_GU_FIRST", true);  // A/B: =0 last
+    const int dt = matvec_q8_warps(dense->H);  // as matvec_q8 over K = H: the same bits
+    using GateUpDense = decltype(&gate_up_dense_kernel<TYPE, 32, 64>);
+    const GateUpDense kernel = gu_warps == 1   ? gate_up_dense_kernel<TYPE, 32, 64>
+                               : gu_warps == 2 ? gate_up_dense_kernel<TYPE, 64, 64>
+                               : gu_warps == 3 ? gate_up_dense_kernel<TYPE, 96, 96>
+                                               : gate_up_dense_kernel<TYPE, 128, 128>;
+    if (!(gu_warps == dt || (gu_warps == 1 && dt == 2))) throw std::logic_error("[cuda] gate_up_dense: thread counts");
+    enqueue(kernel, k * MB_BLOCKS(Ie, kPairs) + MB_BLOCKS(dense->I, kPairs), 32 * std::max(gu_warps, dt), 0, s, gu, E,
+            Ie, k, x_q8, route, act, dn_early, *dense, dense_first);
+  } else {
+    enqueue(gate_up[gu_warps - 1], dim3(MB_BLOCKS(Ie, kPairs), k), 32 * gu_warps, 0, s, gu, E, Ie, k, x_q8, route, hid,
+            act, dn_early);
+  }
   // With the dense MLP: its GeGLU output follows the experts' in act, quantized in the same launch.
   quantize_q8(s, act, 0, k * Ie + (dense ? dense->I : 0), 1, act_q8, 0);
   if (!dense) {
@@ -625,7 +794,7 @@ void experts_q8(cudaStream_t s, int gu_warps, int flight, int forced_rows, bool 
 // has_q8_dot, Ie % 32 == 0), with their launch settings; dense: the dense MLP's parts too.
 void run_experts_q8(cudaStream_t s, const WeightRef& gu, const WeightRef& dn, int E, int Ie, int H, int k, Q8Vec x_q8,
                     const float* route, const HostIds& hid, float* act, Q8Vec act_q8, float* out,
-                    const DenseMlp* dense, int dense_warps) {
+                    const DenseMlp* dense, int dense_warps, bool dense_gate_up) {
   // Units a thread of the down kernel has in flight: the fewest that cover the k expert rows in
   // one round (at most 4). On the 26B-A4B shape (352 units a row) 3 ran the kernel in 7.4 us on
   // the critical path, 2 in 8.5 and 4 in 8.4 (119 registers: fewer blocks an SM). A/B switch:
@@ -633,9 +802,7 @@ void run_experts_q8(cudaStream_t s, const WeightRef& gu, const WeightRef& dn, in
   static const int forced = env_digit("MARKBASE_CUDA_DOWN_FLIGHT", 2, 4);
   const int need = (k * (Ie / 16) + kQ8Threads - 1) / kQ8Threads;
   const int flight = forced ? forced : std::min(4, std::max(2, need));
-  // Warps of the gate/up kernel (above); MARKBASE_CUDA_GATE_UP_WARPS=1-4 forces it.
-  static const int gu_forced = env_digit("MARKBASE_CUDA_GATE_UP_WARPS", 1, 4);
-  const int gu_warps = gu_forced ? gu_forced : q8_row_warps(gu.K, 1);
+  const int gu_warps = gate_up_warps(gu.K);
   // The down kernel's early reads (above). A/B switch: MARKBASE_CUDA_DOWN_EARLY=0.
   static const bool dn_early = env_flag("MARKBASE_CUDA_DOWN_EARLY", true);
   // MARKBASE_CUDA_DOWN_ROWS=2 or 4 forces the down kernel's rows a block (experts_q8 picks).
@@ -645,7 +812,7 @@ void run_experts_q8(cudaStream_t s, const WeightRef& gu, const WeightRef& dn, in
   }();
   auto run = gu.type == MB_Q4_0 ? experts_q8<MB_Q4_0> : experts_q8<MB_Q8_0>;
   run(s, gu_warps, flight, dn_rows, dn_early, gu, dn, E, Ie, H, k, x_q8, route, hid, act, act_q8, out, dense,
-      dense_warps);
+      dense_warps, dense_gate_up);
 }
 
 }  // namespace
@@ -665,7 +832,7 @@ int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn,
     std::copy(host_ids, host_ids + hid.n, hid.ids);
   }
   if (x_q8.q) {  // the backend checked: one row, gu.type == dn.type, has_q8_dot, Ie % 32 == 0
-    run_experts_q8(s, gu, dn, E, Ie, H, k, x_q8, route, hid, act, act_q8, out, nullptr, 0);
+    run_experts_q8(s, gu, dn, E, Ie, H, k, x_q8, route, hid, act, act_q8, out, nullptr, 0, false);
     return 3;
   }
   const dim3 block(kWarps * 32);
@@ -688,21 +855,33 @@ int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn,
   return 2;
 }
 
-bool moe_dense_fits(const WeightRef& router, const WeightRef& gate_up, const WeightRef& down, const WeightRef& gate,
+bool moe_dense_fits(const WeightRef* router, const WeightRef& gate_up, const WeightRef& down, const WeightRef& gate,
                     const WeightRef& up, const WeightRef& dense_down, int Ie, int I) {
   const bool q8 = down.type == MB_Q4_0 || down.type == MB_Q8_0;
-  return router.type == MB_F32 && router.K <= kRouterThreads * 4 * kRouterVec && q8 && gate_up.type == down.type &&
-         gate.type == up.type && (gate.type == MB_Q4_0 || gate.type == MB_Q8_0) && dense_down.type == down.type &&
-         gate.row_bytes == up.row_bytes && Ie % 32 == 0 && I % 32 == 0;
+  const bool fits = q8 && gate_up.type == down.type && gate.type == up.type &&
+                    (gate.type == MB_Q4_0 || gate.type == MB_Q8_0) && dense_down.type == down.type &&
+                    gate.row_bytes == up.row_bytes && Ie % 32 == 0 && I % 32 == 0;
+  if (router) return fits && router->type == MB_F32 && router->K <= kRouterThreads * 4 * kRouterVec;
+  // routed (moe_ffn_decode_routed): gate_up_dense_kernel's instances
+  const int gt = gate_up_warps(gate_up.K), dt = matvec_q8_warps(gate.K);
+  return fits && gate.type == gate_up.type && (gt == dt || (gt == 1 && dt == 2));
 }
+
+namespace {
+DenseMlp dense_mlp(int k, int Ie, int H, float* act, Q8Vec act_q8, const WeightRef& gate, const WeightRef& up,
+                   const WeightRef& dense_down, Q8Vec dense_x, float* dense_out) {
+  return DenseMlp{gate, up, dense_down, dense_x, act + static_cast<size_t>(k) * Ie,
+                  Q8Vec{act_q8.q + static_cast<size_t>(k) * Ie, act_q8.d + static_cast<size_t>(k) * Ie / 32},
+                  dense_out, dense_down.K, H};
+}
+}  // namespace
 
 int moe_ffn_decode(cudaStream_t s, const WeightRef& router, const float* router_x, const float* expert_scale, int E,
                    int k, float* logits, float* route, unsigned* counter, const WeightRef& gu, const WeightRef& dn,
                    int Ie, int H, Q8Vec x_q8, float* act, Q8Vec act_q8, float* out, const WeightRef& gate,
                    const WeightRef& up, const WeightRef& dense_down, Q8Vec dense_x, float* dense_out) {
-  const int I = dense_down.K;
-  DenseMlp d{gate, up, dense_down, dense_x, act + static_cast<size_t>(k) * Ie,
-             Q8Vec{act_q8.q + static_cast<size_t>(k) * Ie, act_q8.d + static_cast<size_t>(k) * Ie / 32}, dense_out, I, H};
+  const DenseMlp d = dense_mlp(k, Ie, H, act, act_q8, gate, up, dense_down, dense_x, dense_out);
+  const int I = d.I;
   const RouterArgs r{router, router_x, expert_scale, E, k, logits, route, counter, router_scale_early()};
   const int gu_dense_warps = matvec_q8_warps(H), dn_dense_warps = matvec_q8_warps(I);  // as matvec_q8: the same bits
   using RouterDense = decltype(&router_dense_kernel<MB_Q4_0, 64>);
@@ -713,8 +892,49 @@ int moe_ffn_decode(cudaStream_t s, const WeightRef& router, const float* router_
   enqueue((gate.type == MB_Q4_0 ? a_q4 : a_q8)[gu_dense_warps - 2], E + MB_BLOCKS(I, kPairs), kRouterThreads, 0, s, r,
           d);
   // The experts as moe_experts_decode runs them, with the dense MLP's down rows in their down launch.
-  run_experts_q8(s, gu, dn, E, Ie, H, k, x_q8, route, HostIds{}, act, act_q8, out, &d, dn_dense_warps);
+  run_experts_q8(s, gu, dn, E, Ie, H, k, x_q8, route, HostIds{}, act, act_q8, out, &d, dn_dense_warps, false);
   return 4;
+}
+
+int moe_ffn_decode_routed(cudaStream_t s, const float* route, int E, int k, const WeightRef& gu, const WeightRef& dn,
+                          int Ie, int H, Q8Vec x_q8, float* act, Q8Vec act_q8, float* out, const WeightRef& gate,
+                          const WeightRef& up, const WeightRef& dense_down, Q8Vec dense_x, float* dense_out) {
+  const DenseMlp d = dense_mlp(k, Ie, H, act, act_q8, gate, up, dense_down, dense_x, dense_out);
+  run_experts_q8(s, gu, dn, E, Ie, H, k, x_q8, route, HostIds{}, act, act_q8, out, &d, matvec_q8_warps(d.I), true);
+  return 3;
+}
+
+bool chain_router_fits(const RowChain& c, const float* router_in, const WeightRef& w, int E) {
+  int writes = 0;
+  for (int i = 0; i < c.count; ++i) writes += c.op[i].out == router_in;
+  const int n = c.op[0].n;
+  return writes > 0 && (w.type == MB_F32 || w.type == MB_F16 || w.type == MB_BF16) && w.K == n &&
+         n <= kRouterThreads * 4 * kRouterVec && E <= kMaxExperts &&
+         static_cast<size_t>(chain_plan(c, 0, c.count).slots) * (n / 4) * 16 <= kChainSmem;
+}
+
+int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, const WeightRef& w,
+                 const float* expert_scale, int E, int k, float* logits, float* out, unsigned* counters) {
+  if (!chain_router_fits(c, router_in, w, E)) return 0;
+  const ChainPlan p = chain_plan(c, 0, c.count);
+  int replay_ops = 0;  // the chain's ops up to the last one that writes the router's input
+  for (int i = 0; i < c.count; ++i)
+    if (c.op[i].out == router_in) replay_ops = i + 1;
+  const int rn_slot = p.out[replay_ops - 1];
+  const size_t smem = static_cast<size_t>(p.slots) * p.n4 * 16;
+  const int grid = 1 + (E + kRouterGroups - 1) / kRouterGroups;
+  const RouterArgs r{w, router_in, expert_scale, E, k, logits, out, counters, router_scale_early()};
+  auto launch = [&](auto kernel) {
+    static const bool setup = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(kChainSmem)) == cudaSuccess;
+    (void)setup;
+    enqueue(kernel, grid, kChainThreads, smem, s, p, replay_ops, rn_slot, r, counters + 1);
+    return 1;
+  };
+  // Float routers only (GGUF files keep the router in F32, Hugging Face directories in BF16).
+  if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32>);
+  if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16>);
+  return launch(chain_router_kernel<MB_BF16>);
 }
 
 int moe_router(cudaStream_t s, const WeightRef& w, const float* x, const float* scale, int E, int k,

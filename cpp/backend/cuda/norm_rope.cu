@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/q8.cuh"
+#include "backend/cuda/row_chain.cuh"
 
 namespace markbase::cuda {
 namespace {
@@ -172,29 +173,6 @@ __global__ void rms_norm_rope_kernel(const float* a, int as, const float* w, flo
   }
 }
 
-// A row held as float4s, thread t owning float4 t + THREADS c (c < VEC), quantized (Q8Vec's
-// format): a block of 32 values is the 8 float4s of 8 neighbouring lanes. Every thread of the
-// block calls it (the shuffles span whole warps).
-template <int THREADS, int VEC>
-__device__ __forceinline__ void quantize_float4s(const float4 (&v)[VEC], Q8Vec q8, int n4) {
-#pragma unroll
-  for (int c = 0; c < VEC; ++c) {
-    const int j = threadIdx.x + THREADS * c;
-    float amax = fmaxf(fmaxf(fabsf(v[c].x), fabsf(v[c].y)), fmaxf(fabsf(v[c].z), fabsf(v[c].w)));
-#pragma unroll
-    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    if (j >= n4) continue;
-    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    char4 q;
-    q.x = static_cast<signed char>(__float2int_rn(v[c].x * inv));
-    q.y = static_cast<signed char>(__float2int_rn(v[c].y * inv));
-    q.z = static_cast<signed char>(__float2int_rn(v[c].z * inv));
-    q.w = static_cast<signed char>(__float2int_rn(v[c].w * inv));
-    reinterpret_cast<char4*>(q8.q)[j] = q;
-    if ((j & 7) == 0) q8.d[j >> 3] = amax / 127.0f;
-  }
-}
-
 // GeGLU of prefill rows on float4s (n % 32 == 0, float4 rows), quantized as well (row r at
 // r * n codes): a block of 32 values is the float4s of 8 neighbouring lanes. out may be null when
 // only the quantized copy is read (the down product's input): a third less traffic.
@@ -278,199 +256,19 @@ bool rows_fit(int n, std::initializer_list<std::pair<const float*, int>> rows) {
   return n % 4 == 0 && n <= kChainMaxN && float4_rows(rows);
 }
 
-// The chain runs in one block of kChainThreads threads; thread t owns float4 number t + kChainThreads c
-// (c < kChainVec) of every row. Every distinct row the chain touches (an input, a norm weight, an
-// output) gets a slot of shared memory holding its current value: the rows the chain reads before it
-// writes them are copied in at the start, all at once (cp.async; the norm weights before the PDL wait,
-// since no kernel writes them), and each op reads its operands from the slots and writes its result
-// to its output's slot and to global memory. A thread only touches its own float4s of each slot, so
-// only the norms' sums cross threads: one barrier per norm, or per group of norms (kNormGroup). The
-// first version (1024 threads, one value each, operands loaded from global memory op by op) took
-// 7-11 us a chain on the H200: its 32 warps spent more issue slots on per-op overhead than on the
-// few values each held.
-constexpr int kChainThreads = 512;  // 256 ran the three chains of a 26B-A4B layer 0.9 us slower, 128 3 us
-constexpr int kChainVec = kChainMaxN / 4 / kChainThreads;
-constexpr int kChainSlots = 3 * kMaxRowOps;
-constexpr int kChainWarps = kChainThreads / 32;
-// Norms in a row whose inputs none of them writes (Gemma 4's MoE layers: the three norms of the
-// residual that feed the dense MLP, the router and the experts; the post-norms of the dense MLP's
-// and the experts' outputs) share one reduction, so one barrier: up to this many.
-constexpr int kNormGroup = 4;
-
-struct ChainPlan {
-  RowChain c;
-  int n4;                            // float4s per row (every op of a chain has the same n)
-  int slots;
-  const float* load[kChainSlots];    // a slot's initial value, or null (written before read)
-  unsigned char weight[kChainSlots]; // load is a norm weight: copied before the PDL wait
-  unsigned char a[kMaxRowOps], b[kMaxRowOps], out[kMaxRowOps];  // slots; b: Add's b or Norm's w
-  unsigned char has_b[kMaxRowOps];
-  unsigned char group[kMaxRowOps];   // Norm: the norms from this one whose sums it reduces (0: done earlier)
-};
-
-__device__ __forceinline__ void chain_load(const ChainPlan& p, float4* sm, bool weights) {
-  for (int s = 0; s < kChainSlots; ++s) {
-    if (s >= p.slots) break;
-    if (!p.load[s] || (p.weight[s] != 0) != weights) continue;
-    const float4* src = reinterpret_cast<const float4*>(p.load[s]);
-#pragma unroll
-    for (int c = 0; c < kChainVec; ++c) {
-      const int i = threadIdx.x + kChainThreads * c;
-      if (i < p.n4) cp_async16(sm + s * p.n4 + i, src + i, true);
-    }
-  }
-  cp_async_commit();
-}
-
-// COMPACT (the default): one copy of the op's code in a loop, the plan indexed at run time, instead
-// of the loop unrolled over kMaxRowOps ops with constant indices (66 KB of instructions against
-// 18 KB). The chain is one block, which fetches its instructions cold on every launch: decode on
-// the H200 went +2.8 % (26B-A4B), +3.4 % (its dense equivalent) and +3.5 % (E4B) on the 6-layer
-// files (bench/RESULTS.md, seventeenth session). The same arithmetic either way; the unrolled
-// form stays for A/B: MARKBASE_CUDA_CHAIN_COMPACT=0.
+// The row chain as its own launch (row_chain.cuh's run_chain).
 template <bool COMPACT>
 __global__ void __launch_bounds__(kChainThreads) row_chain_kernel(const __grid_constant__ ChainPlan p) {
   extern __shared__ float4 sm[];  // p.slots rows of p.n4 float4s
-  __shared__ float part[2][kNormGroup][kChainWarps];
   pdl_trigger();
   chain_load(p, sm, true);
   pdl_wait();
   chain_load(p, sm, false);
   cp_async_wait<0>();
-  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
-  int norms = 0;
-  float4 v[kChainVec];
-  float sums[kMaxRowOps];  // each norm's sum of squares, reduced with its group's first norm
-  auto op = [&](int i) {
-    const RowOp& o = p.c.op[i];
-    const float4* A = sm + p.a[i] * p.n4;
-    const float4* B = sm + p.b[i] * p.n4;
-    float4* Y = sm + p.out[i] * p.n4;
-    const bool hb = p.has_b[i];
-#pragma unroll
-    for (int c = 0; c < kChainVec; ++c) {
-      const int j = t + kChainThreads * c;
-      v[c] = j < p.n4 ? A[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-    if (o.kind == RowOpKind::Norm) {
-      const int g = p.group[i];
-      if (g > 0) {  // this norm's sum and those of the next g - 1, in one reduction
-#pragma unroll
-        for (int m = 0; m < kNormGroup; ++m) {
-          if (m >= g || i + m >= kMaxRowOps) break;
-          const float4* Am = sm + p.a[i + m] * p.n4;  // each thread reads only its own float4s
-          float ss = 0.0f;
-#pragma unroll
-          for (int c = 0; c < kChainVec; ++c) {
-            const int j = t + kChainThreads * c;
-            if (j < p.n4) ss += dot4(Am[j], Am[j]);
-          }
-          ss = warp_sum(ss);
-          if (lane == 0) part[norms & 1][m][warp] = ss;  // alternate halves: no barrier before the write
-        }
-        __syncthreads();
-#pragma unroll
-        for (int m = 0; m < kNormGroup; ++m) {
-          if (m >= g || i + m >= kMaxRowOps) break;
-          float ss = 0.0f;
-#pragma unroll
-          for (int w = 0; w < kChainWarps; ++w) ss += part[norms & 1][m][w];
-          sums[i + m] = ss;
-        }
-        ++norms;
-      }
-      const float r = 1.0f / sqrtf(sums[i] / o.n + o.f);
-#pragma unroll
-      for (int c = 0; c < kChainVec; ++c) {
-        const int j = t + kChainThreads * c;
-        v[c] = make_float4(v[c].x * r, v[c].y * r, v[c].z * r, v[c].w * r);
-        if (hb && j < p.n4) {
-          const float4 w = B[j];
-          v[c] = make_float4(v[c].x * w.x, v[c].y * w.y, v[c].z * w.z, v[c].w * w.w);
-        }
-      }
-    } else if (o.kind == RowOpKind::Add) {
-#pragma unroll
-      for (int c = 0; c < kChainVec; ++c) {
-        const int j = t + kChainThreads * c;
-        if (j < p.n4) {
-          const float4 b = B[j];
-          v[c] = make_float4(v[c].x + b.x, v[c].y + b.y, v[c].z + b.z, v[c].w + b.w);
-        }
-      }
-    } else {
-#pragma unroll
-      for (int c = 0; c < kChainVec; ++c)
-        v[c] = make_float4(v[c].x * o.f, v[c].y * o.f, v[c].z * o.f, v[c].w * o.f);
-    }
-    float4* out = reinterpret_cast<float4*>(o.out);
-#pragma unroll
-    for (int c = 0; c < kChainVec; ++c) {
-      const int j = t + kChainThreads * c;
-      if (j < p.n4) {
-        Y[j] = v[c];
-        out[j] = v[c];
-      }
-    }
-    if (o.q8.q) quantize_float4s<kChainThreads>(v, o.q8, p.n4);
-  };
-  if constexpr (COMPACT) {
-#pragma unroll 1
-    for (int i = 0; i < p.c.count; ++i) op(i);
-  } else {
-#pragma unroll
-    for (int i = 0; i < kMaxRowOps; ++i) {  // constant indices: the plan stays in parameter space
-      if (i >= p.c.count) break;
-      op(i);
-    }
-  }
-}
-
-ChainPlan chain_plan(const RowChain& c, int first, int count) {
-  ChainPlan p{};
-  p.c.count = count;
-  for (int i = 0; i < count; ++i) p.c.op[i] = c.op[first + i];
-  p.n4 = c.op[first].n / 4;
-  // Slots are keyed by row pointer: the current value of a row is always in its slot.
-  const float* key[kChainSlots] = {};
-  auto find = [&](const float* q, bool read, bool weight) {
-    for (int s = 0; s < p.slots; ++s)
-      if (key[s] == q) return s;
-    const int s = p.slots++;
-    key[s] = q;
-    if (read) {  // read before any op of the chain writes it: copied in at the start
-      p.load[s] = q;
-      p.weight[s] = weight;
-    }
-    return s;
-  };
-  for (int i = 0; i < count; ++i) {
-    const RowOp& o = p.c.op[i];
-    p.a[i] = static_cast<unsigned char>(find(o.a, true, false));
-    const float* b = o.kind == RowOpKind::Add ? o.b : o.kind == RowOpKind::Norm ? o.w : nullptr;
-    p.has_b[i] = b != nullptr;
-    p.b[i] = b ? static_cast<unsigned char>(find(b, true, o.kind == RowOpKind::Norm)) : 0;
-    p.out[i] = static_cast<unsigned char>(find(o.out, false, false));
-  }
-  // Norm groups: a norm joins the group before it when no op of that group writes its input.
-  for (int i = 0; i < count;) {
-    if (p.c.op[i].kind != RowOpKind::Norm) { ++i; continue; }
-    int g = 1;
-    while (i + g < count && g < kNormGroup && p.c.op[i + g].kind == RowOpKind::Norm) {
-      bool written = false;
-      for (int x = i; x < i + g; ++x) written = written || p.out[x] == p.a[i + g];
-      if (written) break;
-      ++g;
-    }
-    p.group[i] = static_cast<unsigned char>(g);
-    i += g;
-  }
-  return p;
+  run_chain<COMPACT>(p, sm, p.c.count, true, [] {});
 }
 
 }  // namespace
-
-constexpr size_t kChainSmem = 200 * 1024;  // shared memory a launch may take (the H200 has 227 KB a block)
 
 void row_chain_setup() {
   for (auto k : {row_chain_kernel<true>, row_chain_kernel<false>})

@@ -44,6 +44,29 @@ __device__ __forceinline__ void q8_store_warp(float v, int j, bool store, const 
   }
 }
 
+// A row held as float4s, thread t owning float4 t + THREADS c (c < VEC), quantized (Q8Vec's
+// format): a block of 32 values is the 8 float4s of 8 neighbouring lanes. Every thread of the
+// block calls it (the shuffles span whole warps).
+template <int THREADS, int VEC>
+__device__ __forceinline__ void quantize_float4s(const float4 (&v)[VEC], Q8Vec q8, int n4) {
+#pragma unroll
+  for (int c = 0; c < VEC; ++c) {
+    const int j = threadIdx.x + THREADS * c;
+    float amax = fmaxf(fmaxf(fabsf(v[c].x), fabsf(v[c].y)), fmaxf(fabsf(v[c].z), fabsf(v[c].w)));
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    if (j >= n4) continue;
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    char4 q;
+    q.x = static_cast<signed char>(__float2int_rn(v[c].x * inv));
+    q.y = static_cast<signed char>(__float2int_rn(v[c].y * inv));
+    q.z = static_cast<signed char>(__float2int_rn(v[c].z * inv));
+    q.w = static_cast<signed char>(__float2int_rn(v[c].w * inv));
+    reinterpret_cast<char4*>(q8.q)[j] = q;
+    if ((j & 7) == 0) q8.d[j >> 3] = amax / 127.0f;
+  }
+}
+
 // The activation side of one unit: 16 int8 values as 4 words, the block's scale, and (Q4_0)
 // their sum, which carries the codes' offset of 8.
 struct XUnit {
@@ -146,8 +169,11 @@ __device__ __forceinline__ void warp_partials(const float (&acc)[R], float (&par
 // programmatic wait, so that they stream in while the kernel before still runs (longer rows go to
 // L2 meanwhile). Returns row r's sum in thread r (r < R). A row's sum depends only on its own
 // weights, x and THREADS, so any kernel calling this with the same THREADS gets the same bits.
+// trigger_after_wait: the block triggers its dependents right after its wait (a launch whose
+// dependents may read its inputs early: moe.cu's gate/up launches).
 template <int TYPE, int R, int THREADS>
-__device__ __forceinline__ float matvec_q8_block(const mb_u8* const (&rows)[R], int K, size_t row_bytes, Q8Vec x) {
+__device__ __forceinline__ float matvec_q8_block(const mb_u8* const (&rows)[R], int K, size_t row_bytes, Q8Vec x,
+                                                 bool trigger_after_wait = false) {
   static_assert(THREADS % 32 == 0 && THREADS <= 128, "at most 4 warps compute");
   const int units = K / 16;
   const bool mine = threadIdx.x < THREADS;
@@ -166,6 +192,7 @@ __device__ __forceinline__ float matvec_q8_block(const mb_u8* const (&rows)[R], 
 #pragma unroll
     for (int r = 0; r < R; ++r) prefetch_l2(rows[r], row_bytes);
   pdl_wait();
+  if (trigger_after_wait) pdl_trigger();
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;

@@ -1,0 +1,206 @@
+// The decode row chain (cuda::row_chain, kernels.h): a run of row ops of one token done by one
+// block on copies of the rows in shared memory. Here so that a kernel other than row_chain_kernel
+// (norm_rope.cu) can run a chain too: moe.cu's chain_router_kernel runs the chain before a MoE
+// router in its block 0, and its router blocks replay the part of it that the router's input needs.
+#pragma once
+#include "backend/cuda/cp_async.cuh"
+#include "backend/cuda/q8.cuh"
+
+namespace markbase::cuda {
+
+// The chain runs in one block of kChainThreads threads; thread t owns float4 number t + kChainThreads c
+// (c < kChainVec) of every row. Every distinct row the chain touches (an input, a norm weight, an
+// output) gets a slot of shared memory holding its current value: the rows the chain reads before it
+// writes them are copied in at the start, all at once (cp.async; the norm weights before the PDL wait,
+// since no kernel writes them), and each op reads its operands from the slots and writes its result
+// to its output's slot and to global memory. A thread only touches its own float4s of each slot, so
+// only the norms' sums cross threads: one barrier per norm, or per group of norms (kNormGroup). The
+// first version (1024 threads, one value each, operands loaded from global memory op by op) took
+// 7-11 us a chain on the H200: its 32 warps spent more issue slots on per-op overhead than on the
+// few values each held.
+constexpr int kChainThreads = 512;  // 256 ran the three chains of a 26B-A4B layer 0.9 us slower, 128 3 us
+constexpr int kChainVec = kChainMaxN / 4 / kChainThreads;
+constexpr int kChainSlots = 3 * kMaxRowOps;
+constexpr int kChainWarps = kChainThreads / 32;
+// Norms in a row whose inputs none of them writes (Gemma 4's MoE layers: the three norms of the
+// residual that feed the dense MLP, the router and the experts; the post-norms of the dense MLP's
+// and the experts' outputs) share one reduction, so one barrier: up to this many.
+constexpr int kNormGroup = 4;
+constexpr size_t kChainSmem = 200 * 1024;  // shared memory a launch may take (the H200 has 227 KB a block)
+
+struct ChainPlan {
+  RowChain c;
+  int n4;                            // float4s per row (every op of a chain has the same n)
+  int slots;
+  const float* load[kChainSlots];    // a slot's initial value, or null (written before read)
+  unsigned char weight[kChainSlots]; // load is a norm weight: copied before the PDL wait
+  unsigned char a[kMaxRowOps], b[kMaxRowOps], out[kMaxRowOps];  // slots; b: Add's b or Norm's w
+  unsigned char has_b[kMaxRowOps];
+  unsigned char group[kMaxRowOps];   // Norm: the norms from this one whose sums it reduces (0: done earlier)
+};
+
+// Copies the plan's initial rows into the slots: the norm weights (weights == true, before the PDL
+// wait) or the others; one commit group each.
+__device__ __forceinline__ void chain_load(const ChainPlan& p, float4* sm, bool weights) {
+  for (int s = 0; s < kChainSlots; ++s) {
+    if (s >= p.slots) break;
+    if (!p.load[s] || (p.weight[s] != 0) != weights) continue;
+    const float4* src = reinterpret_cast<const float4*>(p.load[s]);
+#pragma unroll
+    for (int c = 0; c < kChainVec; ++c) {
+      const int i = threadIdx.x + kChainThreads * c;
+      if (i < p.n4) cp_async16(sm + s * p.n4 + i, src + i, true);
+    }
+  }
+  cp_async_commit();
+}
+
+// Runs the plan's first `count` ops in order on the block's slots (their initial rows copied in
+// and waited for by every thread). write: each op also stores its output row (and its quantized
+// copy) to global memory, and before_store() runs once, by every thread, before the first store
+// (chain_router_kernel holds its stores there until its router blocks have copied the rows the
+// chain rewrites); false: a replay that only updates the slots.
+// COMPACT (the default): one copy of the op's code in a loop, the plan indexed at run time, instead
+// of the loop unrolled over kMaxRowOps ops with constant indices (66 KB of instructions against
+// 18 KB). The chain is one block, which fetches its instructions cold on every launch: decode on
+// the H200 went +2.8 % (26B-A4B), +3.4 % (its dense equivalent) and +3.5 % (E4B) on the 6-layer
+// files (bench/RESULTS.md, seventeenth session). The same arithmetic either way; the unrolled
+// form stays for A/B: MARKBASE_CUDA_CHAIN_COMPACT=0.
+template <bool COMPACT, typename BeforeStore>
+__device__ __forceinline__ void run_chain(const ChainPlan& p, float4* sm, int count, bool write,
+                                          BeforeStore before_store) {
+  __shared__ float part[2][kNormGroup][kChainWarps];
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  int norms = 0;
+  float4 v[kChainVec];
+  float sums[kMaxRowOps];  // each norm's sum of squares, reduced with its group's first norm
+  auto op = [&](int i) {
+    const RowOp& o = p.c.op[i];
+    const float4* A = sm + p.a[i] * p.n4;
+    const float4* B = sm + p.b[i] * p.n4;
+    float4* Y = sm + p.out[i] * p.n4;
+    const bool hb = p.has_b[i];
+#pragma unroll
+    for (int c = 0; c < kChainVec; ++c) {
+      const int j = t + kChainThreads * c;
+      v[c] = j < p.n4 ? A[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    if (o.kind == RowOpKind::Norm) {
+      const int g = p.group[i];
+      if (g > 0) {  // this norm's sum and those of the next g - 1, in one reduction
+#pragma unroll
+        for (int m = 0; m < kNormGroup; ++m) {
+          if (m >= g || i + m >= kMaxRowOps) break;
+          const float4* Am = sm + p.a[i + m] * p.n4;  // each thread reads only its own float4s
+          float ss = 0.0f;
+#pragma unroll
+          for (int c = 0; c < kChainVec; ++c) {
+            const int j = t + kChainThreads * c;
+            if (j < p.n4) ss += dot4(Am[j], Am[j]);
+          }
+          ss = warp_sum(ss);
+          if (lane == 0) part[norms & 1][m][warp] = ss;  // alternate halves: no barrier before the write
+        }
+        __syncthreads();
+#pragma unroll
+        for (int m = 0; m < kNormGroup; ++m) {
+          if (m >= g || i + m >= kMaxRowOps) break;
+          float ss = 0.0f;
+#pragma unroll
+          for (int w = 0; w < kChainWarps; ++w) ss += part[norms & 1][m][w];
+          sums[i + m] = ss;
+        }
+        ++norms;
+      }
+      const float r = 1.0f / sqrtf(sums[i] / o.n + o.f);
+#pragma unroll
+      for (int c = 0; c < kChainVec; ++c) {
+        const int j = t + kChainThreads * c;
+        v[c] = make_float4(v[c].x * r, v[c].y * r, v[c].z * r, v[c].w * r);
+        if (hb && j < p.n4) {
+          const float4 w = B[j];
+          v[c] = make_float4(v[c].x * w.x, v[c].y * w.y, v[c].z * w.z, v[c].w * w.w);
+        }
+      }
+    } else if (o.kind == RowOpKind::Add) {
+#pragma unroll
+      for (int c = 0; c < kChainVec; ++c) {
+        const int j = t + kChainThreads * c;
+        if (j < p.n4) {
+          const float4 b = B[j];
+          v[c] = make_float4(v[c].x + b.x, v[c].y + b.y, v[c].z + b.z, v[c].w + b.w);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int c = 0; c < kChainVec; ++c)
+        v[c] = make_float4(v[c].x * o.f, v[c].y * o.f, v[c].z * o.f, v[c].w * o.f);
+    }
+    if (write && i == 0) before_store();
+    float4* out = reinterpret_cast<float4*>(o.out);
+#pragma unroll
+    for (int c = 0; c < kChainVec; ++c) {
+      const int j = t + kChainThreads * c;
+      if (j < p.n4) {
+        Y[j] = v[c];
+        if (write) out[j] = v[c];
+      }
+    }
+    if (write && o.q8.q) quantize_float4s<kChainThreads>(v, o.q8, p.n4);
+  };
+  if constexpr (COMPACT) {
+#pragma unroll 1
+    for (int i = 0; i < count; ++i) op(i);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kMaxRowOps; ++i) {  // constant indices: the plan stays in parameter space
+      if (i >= count) break;
+      op(i);
+    }
+  }
+}
+
+// The plan of ops first .. first + count - 1 of c.
+inline ChainPlan chain_plan(const RowChain& c, int first, int count) {
+  ChainPlan p{};
+  p.c.count = count;
+  for (int i = 0; i < count; ++i) p.c.op[i] = c.op[first + i];
+  p.n4 = c.op[first].n / 4;
+  // Slots are keyed by row pointer: the current value of a row is always in its slot.
+  const float* key[kChainSlots] = {};
+  auto find = [&](const float* q, bool read, bool weight) {
+    for (int s = 0; s < p.slots; ++s)
+      if (key[s] == q) return s;
+    const int s = p.slots++;
+    key[s] = q;
+    if (read) {  // read before any op of the chain writes it: copied in at the start
+      p.load[s] = q;
+      p.weight[s] = weight;
+    }
+    return s;
+  };
+  for (int i = 0; i < count; ++i) {
+    const RowOp& o = p.c.op[i];
+    p.a[i] = static_cast<unsigned char>(find(o.a, true, false));
+    const float* b = o.kind == RowOpKind::Add ? o.b : o.kind == RowOpKind::Norm ? o.w : nullptr;
+    p.has_b[i] = b != nullptr;
+    p.b[i] = b ? static_cast<unsigned char>(find(b, true, o.kind == RowOpKind::Norm)) : 0;
+    p.out[i] = static_cast<unsigned char>(find(o.out, false, false));
+  }
+  // Norm groups: a norm joins the group before it when no op of that group writes its input.
+  for (int i = 0; i < count;) {
+    if (p.c.op[i].kind != RowOpKind::Norm) { ++i; continue; }
+    int g = 1;
+    while (i + g < count && g < kNormGroup && p.c.op[i + g].kind == RowOpKind::Norm) {
+      bool written = false;
+      for (int x = i; x < i + g; ++x) written = written || p.out[x] == p.a[i + g];
+      if (written) break;
+      ++g;
+    }
+    p.group[i] = static_cast<unsigned char>(g);
+    i += g;
+  }
+  return p;
+}
+
+}  // namespace markbase::cuda

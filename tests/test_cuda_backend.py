@@ -111,6 +111,56 @@ def test_device_sampling(need_cuda, tiny_models):
     assert m.stats()["host_waits_per_token"] == 1
 
 
+def _sampler_expectation(logits, history, temperature, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0):
+    """The token distribution runtime/sampler.cpp defines (the host sampler), from one logits row:
+    {token: probability} over the tokens its cuts keep."""
+    l = np.asarray(logits, dtype=np.float64).copy()
+    if repeat_penalty != 1.0:
+        for t in set(history[-64:]):
+            l[t] = l[t] / repeat_penalty if l[t] > 0 else l[t] * repeat_penalty
+    order = np.lexsort((np.arange(len(l)), -l))  # by logit descending, lower id first on ties
+    c = order[:top_k] if 0 < top_k < len(l) else order
+    p1 = np.exp(l[c] - l[c[0]])
+    n = len(c)
+    if top_p < 1.0:
+        n = int(np.argmax(np.cumsum(p1 / p1.sum()) >= top_p)) + 1
+    if min_p > 0.0:
+        keep = 1
+        while keep < n and p1[keep] / p1[0] >= min_p:
+            keep += 1
+        n = keep
+    w = np.exp((l[c[:n]] - l[c[0]]) / temperature)
+    return {int(t): float(q) for t, q in zip(c[:n], w / w.sum())}
+
+
+@pytest.mark.parametrize("model", ["tiny", "wide-vocab"])
+def test_device_sampling_distribution(need_cuda, tiny_models, tmp_path, model):
+    """The device sampler's draws follow the distribution the host sampler defines: the first
+    token after a prompt, drawn under 400 seeds, for top-k at temperature 1, top-p with min-p at
+    0.7, and top-k with a repeat penalty on the prompt's tokens: no token outside the kept set, and
+    each kept token's frequency within 5 standard errors of its probability. The tiny model's
+    vocabulary is one block of the sampler's launch; the synthetic file's 65541 tokens are spread
+    over 64 blocks (grid-wide histograms and barriers)."""
+    import collections
+    if model == "tiny":
+        tm = tiny_models["gemma4"]
+        ids, path = list(tm.prompt(24, 8)), tm.path
+    else:
+        gguf, summary, rng = _synthetic(tmp_path, "e2b-sampler", preset="e2b", layers=2, vocab=65541, qtype="q8_0")
+        ids, path = _ids(summary, 8, rng), str(gguf)
+    m = markbase.Model.load(path, backend="cuda", precise=True, kv_cache="f32")
+    logits = np.asarray(m.logits(ids))[-1]
+    n = 400
+    for kw in [dict(temperature=1.0, top_k=4), dict(temperature=0.7, top_p=0.6, min_p=0.05),
+               dict(temperature=1.3, top_k=6, repeat_penalty=3.0)]:
+        want = _sampler_expectation(logits, ids, **kw)
+        got = collections.Counter(next(iter(m.generate_tokens(ids, max_tokens=1, seed=s, **kw))) for s in range(n))
+        assert set(got) <= set(want), (kw, sorted(set(got) - set(want)))
+        for t, p in want.items():
+            assert abs(got[t] / n - p) <= 5 * np.sqrt(p * (1 - p) / n) + 1e-9, (kw, t, got[t] / n, p)
+    assert m.stats()["host_waits_per_token"] == 1
+
+
 def _run_with_env(code: str, env: dict) -> str:
     e = dict(os.environ, **env)
     r = subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=600)

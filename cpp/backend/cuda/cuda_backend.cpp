@@ -246,6 +246,7 @@ class CudaBackend : public Backend {
     CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
     cuda::programmatic_launch = major >= 9 && env_flag("MARKBASE_CUDA_PDL", true) && !profile_;
     sample_result_ = dev_alloc(sizeof(int));
+    sample_scratch_ = dev_alloc(cuda::sample_scratch_bytes());  // zeroed: the sampler's histograms start empty
     sample_recent_ = dev_alloc(cuda::kMaxRecent * sizeof(int));
     sample_host_ = host_alloc((cuda::kMaxRecent + 1) * sizeof(int));
     if (trace_) {
@@ -328,8 +329,11 @@ class CudaBackend : public Backend {
       sample_work_ = dev_alloc(static_cast<size_t>(g.vocab) * sizeof(float));
       sample_work_size_ = g.vocab;
     }
-    ops_ += cuda::sample(stream_, last, g.vocab, a, ptr<int>(sample_recent_), ptr<float>(sample_work_),
-                         ptr<int>(sample_result_));
+    const int launched = cuda::sample(stream_, last, g.vocab, a, ptr<int>(sample_recent_), ptr<float>(sample_work_),
+                                      sample_scratch_.get(), ptr<int>(sample_result_));
+    if (!launched)
+      throw BackendError(std::string("[cuda] the sampler failed to launch: ") + cudaGetErrorString(cudaGetLastError()));
+    ops_ += launched;
     CK(cudaGetLastError());
     CK(cudaMemcpyAsync(hs, sample_result_.get(), sizeof(int), cudaMemcpyDeviceToHost, stream_));
     wait();
@@ -1303,7 +1307,7 @@ class CudaBackend : public Backend {
   std::unordered_map<const uint8_t*, DevPtr> weights_, small_;
   std::map<const Graph*, std::unique_ptr<GraphState>> states_;
   std::vector<int> host_ids_;
-  DevPtr sample_result_, sample_recent_, sample_work_;
+  DevPtr sample_result_, sample_recent_, sample_work_, sample_scratch_;
   HostPtr sample_host_;
   int sample_work_size_ = 0;
   int ops_ = 0, waits_ = 0;

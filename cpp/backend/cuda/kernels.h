@@ -317,8 +317,11 @@ struct SampleArgs {
   int n_recent = 0;           // token ids the repeat penalty applies to (distinct)
 };
 constexpr int kMaxRecent = 1024;
-// recent: device array of n_recent ids; work: vocab floats; result: one int.
+// recent: device array of n_recent ids; work: vocab floats; scratch: sample_scratch_bytes(),
+// zero before the first launch (the kernel leaves it zero); result: one int. Returns 0 when the
+// (cooperative) launch failed: cudaGetLastError says why.
+size_t sample_scratch_bytes();
 int sample(cudaStream_t s, const float* logits, int vocab, const SampleArgs& a, const int* recent,
-           float* work, int* result);
+           float* work, void* scratch, int* result);
 
 }  // namespace markbase::cuda

@@ -584,6 +584,25 @@ struct DenseMlp {
   int I, H;
 };
 
+// Outputs r0 .. r0 + kPairs - 1 of the dense MLP's activation: their gate and up rows' sums
+// (matvec_q8_block, DT threads), then gelu(gate) * up. trigger_late: as matvec_q8_block's.
+template <int TYPE, int DT>
+__device__ __forceinline__ void dense_gate_up_block(const DenseMlp& d, int r0, bool trigger_late) {
+  const mb_u8* rows[2 * kPairs];
+#pragma unroll
+  for (int p = 0; p < kPairs; ++p) {
+    const int i = min(r0 + p, d.I - 1);
+    rows[2 * p] = d.gate.data + static_cast<size_t>(i) * d.gate.row_bytes;
+    rows[2 * p + 1] = d.up.data + static_cast<size_t>(i) * d.up.row_bytes;
+  }
+  const float v = matvec_q8_block<TYPE, 2 * kPairs, DT>(rows, d.H, d.gate.row_bytes, d.x, trigger_late);
+  __shared__ float gu[2 * kPairs];
+  if (threadIdx.x < 2 * kPairs) gu[threadIdx.x] = v;
+  __syncthreads();
+  if (threadIdx.x < kPairs && r0 + static_cast<int>(threadIdx.x) < d.I)
+    d.act[r0 + threadIdx.x] = mb_gelu_tanh(gu[2 * threadIdx.x]) * gu[2 * threadIdx.x + 1];
+}
+
 // grid: E router blocks, then one block per kPairs dense outputs (their gate and up rows).
 // DT: the dense products' threads, matvec_q8's choice for K = H.
 template <int WTYPE, int DT>
@@ -593,20 +612,7 @@ __global__ void __launch_bounds__(kRouterThreads) router_dense_kernel(RouterArgs
     router_block<MB_F32>(r, blockIdx.x);
     return;
   }
-  const int r0 = (blockIdx.x - r.E) * kPairs;
-  const mb_u8* rows[2 * kPairs];
-#pragma unroll
-  for (int p = 0; p < kPairs; ++p) {
-    const int i = min(r0 + p, d.I - 1);
-    rows[2 * p] = d.gate.data + static_cast<size_t>(i) * d.gate.row_bytes;
-    rows[2 * p + 1] = d.up.data + static_cast<size_t>(i) * d.up.row_bytes;
-  }
-  const float v = matvec_q8_block<WTYPE, 2 * kPairs, DT>(rows, d.H, d.gate.row_bytes, d.x);
-  __shared__ float gu[2 * kPairs];
-  if (threadIdx.x < 2 * kPairs) gu[threadIdx.x] = v;
-  __syncthreads();
-  if (threadIdx.x < kPairs && r0 + static_cast<int>(threadIdx.x) < d.I)
-    d.act[r0 + threadIdx.x] = mb_gelu_tanh(gu[2 * threadIdx.x]) * gu[2 * threadIdx.x + 1];
+  dense_gate_up_block<WTYPE, DT>(d, (blockIdx.x - r.E) * kPairs, false);
 }
 
 // After chain_router (the route already in device memory): the experts' gate/up rows and the
@@ -635,20 +641,7 @@ __global__ void __launch_bounds__(GT > DT ? GT : DT) gate_up_dense_kernel(Weight
     gate_up_q8_block<TYPE, GT>(w, E, Ie, k, x, route, HostIds{}, act, (eb % nb) * kPairs, eb / nb);
     return;
   }
-  const int r0 = (dense_first ? b : b - experts) * kPairs;
-  const mb_u8* rows[2 * kPairs];
-#pragma unroll
-  for (int p = 0; p < kPairs; ++p) {
-    const int i = min(r0 + p, d.I - 1);
-    rows[2 * p] = d.gate.data + static_cast<size_t>(i) * d.gate.row_bytes;
-    rows[2 * p + 1] = d.up.data + static_cast<size_t>(i) * d.up.row_bytes;
-  }
-  const float v = matvec_q8_block<TYPE, 2 * kPairs, DT>(rows, d.H, d.gate.row_bytes, d.x, trigger_late);
-  __shared__ float gu[2 * kPairs];
-  if (threadIdx.x < 2 * kPairs) gu[threadIdx.x] = v;
-  __syncthreads();
-  if (threadIdx.x < kPairs && r0 + static_cast<int>(threadIdx.x) < d.I)
-    d.act[r0 + threadIdx.x] = mb_gelu_tanh(gu[2 * threadIdx.x]) * gu[2 * threadIdx.x + 1];
+  dense_gate_up_block<TYPE, DT>(d, (dense_first ? b : b - experts) * kPairs, trigger_late);
 }
 
 // grid: the experts' down blocks (down_q8_kernel's), then one block per 4 dense outputs.

@@ -451,6 +451,21 @@ def test_chain_router_bit_identical(need_cuda, tmp_path, qtype, narrow, mix):
     assert on["kernels"] == apart["kernels"] - fewer, (on["kernels"], apart["kernels"])
 
 
+@pytest.mark.parametrize("qtype", ["q4_0", "q8_0"])
+def test_warm_params_bit_identical(need_cuda, tmp_path, qtype):
+    """MARKBASE_CUDA_WARM_PARAMS=1 runs the row chain kernels' instances that touch their plan (a
+    kernel parameter) before the programmatic wait: it changes where the plan sits when the chain
+    reads it, not what is computed. The logits bit for bit and the tokens of the defaults, as many
+    kernels a token: two 26B-A4B layers (chains alone and the chain+router launch) and two E2B
+    layers (per-layer embeddings: their chains too)."""
+    for preset in ("26b-a4b", "e2b"):
+        path, summary, rng = _synthetic(tmp_path, f"{preset}-warm-{qtype}", preset=preset, layers=2, vocab=4096,
+                                        qtype=qtype)
+        ids = _ids(summary, 12, rng)
+        on, other = _fingerprints_match(path, ids, {"MARKBASE_CUDA_WARM_PARAMS": "1"})
+        assert on["kernels"] == other["kernels"]
+
+
 @pytest.mark.parametrize("experts,top_k", [(6, 3), (40, 5)])
 def test_chain_router_precise_mode(need_cuda, tmp_path, monkeypatch, experts, top_k):
     """The router beside the row chain (chain_router) in precise mode, where the experts and the

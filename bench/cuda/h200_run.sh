@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # One device call on the H200: builds MarkBase with the CUDA backend, runs the CUDA tests, and
 # measures MarkBase (and llama.cpp's CUDA llama-bench, built beside it) on synthetic Gemma 4 GGUFs.
-#   STAGES="test kern attn tune bench profile ab llama ncu" BUDGET=560 bash bench/cuda/h200_run.sh
+#   STAGES="probe test kern attn tune bench profile ab llama ncu" BUDGET=560 bash bench/cuda/h200_run.sh
 # KERN_VARIANTS (kern stage, 6-layer file: decode speed), TRACE_VARIANTS (kern stage: per-op
 # critical-path trace) and AB_ENV (bench stage, full file): env settings to A/B against the
-# default in the same call.
+# default in the same call. EF_BUILD=1 (kern stage): a second build with the weights read as L2
+# evict_first, checked and timed beside the default (~70 s more).
 # At most 8 files come back from a device call: the stages test, kern, bench and llama write 8.
 # The llama.cpp build takes 270-360 s beside the test and kern stages: with all four, BUDGET=560
 # (at 420 the fifteenth session's final call ran out before the dense, E4B and llama rows).
@@ -58,6 +59,13 @@ CMAKE_BUILD_PARALLEL_LEVEL=8 CMAKE_ARGS="-DMARKBASE_CUDA=ON" python3 -m pip inst
 BENCH=$(python3 -c "import sysconfig;print(sysconfig.get_path('scripts'))")/markbase-bench
 log "built: $(python3 -c 'import markbase,sys;print(markbase.__file__)') bench=$BENCH"
 
+if has probe; then  # what the weight stream evicts from L2, and what that costs (no MarkBase code)
+  log "L2 residency probe"
+  nvcc -std=c++17 -O3 -arch=sm_90a -o /tmp/l2probe bench/cuda/l2_residency_probe.cu > "$OUT/probe.txt" 2>&1 &&
+    timeout 90 /tmp/l2probe 256 >> "$OUT/probe.txt" 2>&1
+  cat "$OUT/probe.txt"
+fi
+
 if has test; then
   log "tests"
   timeout $(( $(left) > 300 ? 300 : $(left) )) python3 -m pytest -q -p no:cacheprovider --durations=8 tests/test_cuda_backend.py \
@@ -85,6 +93,31 @@ if has kern; then  # decode per op, timed inside the CUDA graph (6-layer 26B-A4B
     env ${v//,/ } "$BENCH" --model $M/g4-26b-6L.gguf --backend cuda --prompt-tokens 512 --gen-tokens 128 \
       --repeats 3 --json 2>/dev/null | sed "s/^{/{\"name\": \"6L_$v\", /" | tee -a "$OUT/kern_bench.jsonl"
   done
+  # EF_BUILD=1: a second build whose decode products read their weights as L2 evict_first (the
+  # CMake option MARKBASE_CUDA_WEIGHTS_EVICT_FIRST, off by default): its logits against the default
+  # build's (the same bits expected), its decode alone and with MARKBASE_CUDA_WARM_PARAMS=1, its trace.
+  BENCH_EF=""
+  if [ "${EF_BUILD:-0}" = 1 ]; then
+    log "building markbase (CUDA, weights evict_first)"
+    CMAKE_BUILD_PARALLEL_LEVEL=8 CMAKE_ARGS="-DMARKBASE_CUDA=ON -DMARKBASE_CUDA_WEIGHTS_EVICT_FIRST=ON" \
+      python3 -m pip install --no-build-isolation --no-deps -q --target /tmp/mb_ef -C build-dir=/tmp/build_ef . \
+      > /tmp/build_ef.log 2>&1 || { log "evict_first build FAILED"; tail -30 /tmp/build_ef.log >> "$OUT/run.log"; }
+    BENCH_EF=$(find /tmp/mb_ef -name markbase-bench -type f 2>/dev/null | head -1)
+    for site in "" /tmp/mb_ef; do
+      PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} python3 -c "
+import markbase, numpy as np, hashlib
+m = markbase.Model.load('$M/g4-26b-6L.gguf', backend='cuda', prefill_chunk=1)
+ids = list(range(10, 22))
+l = np.asarray(m.logits(ids))
+print('logits of', markbase.__file__, hashlib.sha256(l.tobytes()).hexdigest(), list(m.generate_tokens(ids, max_tokens=4, temperature=0.0)))" 2>&1 | tail -1 | tee -a "$OUT/run.log"
+    done
+    if [ -n "$BENCH_EF" ]; then
+      for v in "" MARKBASE_CUDA_WARM_PARAMS=1; do
+        env $v "$BENCH_EF" --model $M/g4-26b-6L.gguf --backend cuda --prompt-tokens 512 --gen-tokens 128 \
+          --repeats 3 --json 2>/dev/null | sed "s/^{/{\"name\": \"6L_evict_first_build${v:+,$v}\", /" | tee -a "$OUT/kern_bench.jsonl"
+      done
+    fi
+  fi
   kill $CLK 2>/dev/null
   { echo "SM clock samples while decoding (count, MHz):"; cut -d, -f2 /tmp/clocks.txt | sort | uniq -c; } >> "$OUT/run.log"
   MARKBASE_CUDA_PROFILE=1 "$BENCH" --model $M/g4-26b-6L.gguf --backend cuda --prompt-tokens 512 --gen-tokens 64 \
@@ -106,6 +139,11 @@ if has kern; then  # decode per op, timed inside the CUDA graph (6-layer 26B-A4B
     env ${v//,/ } MARKBASE_CUDA_TRACE=1 "$BENCH" --model $M/g4-26b-6L.gguf --backend cuda --prompt-tokens 512 \
       --gen-tokens 64 --repeats 1 --json 2>&1 | grep "cuda trace" | grep -v "T=512" >> "$OUT/kern_trace.txt"
   done
+  if [ -n "$BENCH_EF" ]; then
+    echo "== g4-26b-6L evict_first build" >> "$OUT/kern_trace.txt"
+    MARKBASE_CUDA_TRACE=1 "$BENCH_EF" --model $M/g4-26b-6L.gguf --backend cuda --prompt-tokens 512 \
+      --gen-tokens 64 --repeats 1 --json 2>&1 | grep "cuda trace" | grep -v "T=512" >> "$OUT/kern_trace.txt"
+  fi
   cat "$OUT/kern_trace.txt"
 fi
 

@@ -2,13 +2,15 @@
 # SASS (sm_90a machine code) of one CUDA source file, kernel by kernel; runs without a GPU.
 #   bash bench/cuda/sass.sh cpp/backend/cuda/moe.cu > /tmp/moe.sass
 #   bash bench/cuda/sass.sh --counts cpp/backend/cuda/moe.cu   (instructions per kernel and opcode)
+#   bash bench/cuda/sass.sh --params cpp/backend/cuda/moe.cu   (kernel parameter reads after the
+#     programmatic wait: 128-byte lines first read there, and reads by a computed index)
 # Why: a refactor of kernel code (a block folded into a shared function, say) should leave the
 # machine code alone or change it knowingly; diffing two dumps shows which, before any GPU time.
 # cuobjdump and the nvdisasm it calls are not in this machine's CUDA toolkit; NVIDIA's PyPI wheels
 # nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm have them (fetched once into ~/.cache/markbase).
 set -euo pipefail
-counts=0
-if [ "${1:-}" = "--counts" ]; then counts=1; shift; fi
+mode=sass
+case "${1:-}" in --counts) mode=counts; shift ;; --params) mode=params; shift ;; esac
 src=${1:?usage: sass.sh [--counts] FILE.cu}
 cd "$(dirname "$0")/../.."
 tool=$(command -v cuobjdump || true)
@@ -29,20 +31,47 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 nvcc -std=c++17 -O3 -arch=sm_90a --expt-relaxed-constexpr -I cpp -cubin "$src" -o "$tmp/k.cubin"
 "$tool" -sass "$tmp/k.cubin" > "$tmp/k.sass"
-if [ "$counts" = 0 ]; then cat "$tmp/k.sass"; exit 0; fi
-python3 - "$tmp/k.sass" <<'PY'
+if [ "$mode" = sass ]; then cat "$tmp/k.sass"; exit 0; fi
+python3 - "$tmp/k.sass" "$mode" <<'PY'
 import collections, re, sys
+
+kernels = {}  # name -> instructions (predicate stripped)
 kernel = None
-ops = collections.defaultdict(collections.Counter)
 for line in open(sys.argv[1]):
     m = re.match(r"\s+Function : (\S+)", line)
     if m:
         kernel = m.group(1)
+        kernels[kernel] = []
         continue
-    m = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][\w.]*)", line)
+    m = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?(.*?)\s*;", line)
     if m and kernel:
-        ops[kernel][m.group(1)] += 1
-for k, c in ops.items():
-    print(f"{sum(c.values()):7d}  {k}")
-    print("         " + " ".join(f"{op}:{n}" for op, n in sorted(c.items())))
+        kernels[kernel].append(m.group(1))
+if sys.argv[2] == "counts":
+    for k, ins in kernels.items():
+        c = collections.Counter(i.split()[0] for i in ins)
+        print(f"{sum(c.values()):7d}  {k}")
+        print("         " + " ".join(f"{op}:{n}" for op, n in sorted(c.items())))
+    sys.exit(0)
+# Parameters live in constant bank 0 from 0x210 (sm_90). After the wait (ACQBULK), a first read of
+# a line no read before the wait touched, or a read at a computed offset, waits for the constant
+# cache on the kernel's critical path.
+print("lines  indexed  kernel (parameter reads after the programmatic wait)")
+rows = []
+for k, ins in kernels.items():
+    wait = next((i for i, x in enumerate(ins) if x.startswith("ACQBULK")), None)
+    if wait is None:
+        continue
+    before, after, indexed = set(), set(), 0
+    for i, x in enumerate(ins):
+        for m in re.finditer(r"c\[0x0\]\[(?:(U?R\d+)\+)?(0x[0-9a-f]+)\]", x):
+            off = int(m.group(2), 16)
+            if off < 0x210:
+                continue
+            if m.group(1) not in (None, "RZ", "URZ"):
+                indexed += i > wait
+                continue
+            (before if i < wait else after).add(off // 128)
+    rows.append((len(after - before), indexed, k))
+for lines, indexed, k in sorted(rows, key=lambda r: (-r[0] - r[1], r[2])):
+    print(f"{lines:5d}  {indexed:7d}  {k}")
 PY

@@ -55,11 +55,70 @@ __device__ __forceinline__ void pdl_entry() {
   pdl_trigger();
   pdl_wait();
 }
+// --- L2 policy of the weight stream: a build with MARKBASE_CUDA_WEIGHTS_EVICT_FIRST=1 (CMake
+// option of the same name, off by default until measured) reads the decode products' weights
+// (q8.cuh's unit loads, the LM head's staged rows, the long rows' L2 prefetches) as L2
+// evict_first. Decode reads every weight once a token, ~2 GB through a 50 MB L2 on the 26B-A4B
+// file, so at the default priority the stream evicts what the next token needs again: each
+// kernel's instructions and its parameters (a CUDA graph's fixed buffer), the KV cache, the
+// activations. A build option, not a run-time switch: a branch into a second copy of each
+// streaming kernel's body changed the default body's registers (bench/RESULTS.md, nineteenth session).
+#ifndef MARKBASE_CUDA_WEIGHTS_EVICT_FIRST
+#define MARKBASE_CUDA_WEIGHTS_EVICT_FIRST 0
+#endif
+__device__ __forceinline__ unsigned long long evict_first_policy() {
+  unsigned long long pol;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
+}
+// 16 bits of a weight through the read-only path with an L2 policy (as __ldg: weights are never
+// written by a kernel, so the read may move before the programmatic wait).
+__device__ __forceinline__ unsigned short ldg_u16_policy(const unsigned short* p, unsigned long long pol) {
+  unsigned short v;
+  asm("ld.global.nc.L2::cache_hint.u16 %0, [%1], %2;" : "=h"(v) : "l"(p), "l"(pol));
+  return v;
+}
+
 // Asks for the bytes [p, p + n) in L2 (one prefetch per 128-byte line, spread over the block).
 __device__ __forceinline__ void prefetch_l2(const void* p, size_t n) {
   const char* c = static_cast<const char*>(p);
   for (size_t o = threadIdx.x * 128u; o < n; o += blockDim.x * 128u)
     asm volatile("prefetch.global.L2 [%0];" ::"l"(c + o));
+}
+
+// prefetch_l2 of weights; in a MARKBASE_CUDA_WEIGHTS_EVICT_FIRST build with the evict_first
+// policy, by bulk prefetches (compute capability 9.0) where the range allows them (16-byte aligned
+// start and length).
+__device__ __forceinline__ void prefetch_weights_l2(const void* p, size_t n) {
+#if MARKBASE_CUDA_WEIGHTS_EVICT_FIRST && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (((reinterpret_cast<uintptr_t>(p) | n) & 15) == 0) {
+    const unsigned long long pol = evict_first_policy();
+    const char* c = static_cast<const char*>(p);
+    constexpr size_t kChunk = 4096;  // one bulk prefetch a thread, 4 KB each
+    for (size_t o = threadIdx.x * kChunk; o < n; o += blockDim.x * kChunk) {
+      const unsigned len = static_cast<unsigned>(n - o < kChunk ? n - o : kChunk);
+      asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(c + o), "r"(len), "l"(pol)
+                   : "memory");
+    }
+    return;
+  }
+#endif
+  prefetch_l2(p, n);
+}
+
+// --- Kernel parameters. They are constants read through the SM's constant cache from a buffer
+// in device memory; in a CUDA graph that buffer is the same each replay, and read once a token it
+// is likely out of L2 by the next (the weights stream through it in between). A kernel that reads
+// its parameters by index after its programmatic wait (the compact row chain: one op's fields a
+// step) may pay a miss a step. Touching each 32 bytes of them before the wait brings them in while
+// the kernel before still runs. p: the address of a __grid_constant__ parameter. Used by the row
+// chain kernels' WARM instances (MARKBASE_CUDA_WARM_PARAMS=1; off until measured).
+__device__ __forceinline__ void warm_params(const void* p, int bytes) {
+  __shared__ volatile unsigned warm_sink;
+  const char* c = static_cast<const char*>(p);
+  unsigned x = 0;
+  for (int o = threadIdx.x * 32; o < bytes; o += blockDim.x * 32) x ^= *reinterpret_cast<const unsigned*>(c + o);
+  if (x == 0x9e3779b9u) warm_sink = x;  // never in practice: keeps the reads
 }
 
 // *p += v, returning the old value, with release and acquire semantics at device scope: the

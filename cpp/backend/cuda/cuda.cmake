@@ -27,6 +27,11 @@ target_sources(markbase_core PRIVATE
   cpp/backend/cuda/sample.cu
 )
 target_compile_definitions(markbase_core PRIVATE MARKBASE_HAVE_CUDA)
+# Experimental, off until measured (common.cuh): decode reads its weights as L2 evict_first.
+option(MARKBASE_CUDA_WEIGHTS_EVICT_FIRST "CUDA: weights read with the L2 evict_first policy" OFF)
+if(MARKBASE_CUDA_WEIGHTS_EVICT_FIRST)
+  target_compile_definitions(markbase_core PRIVATE MARKBASE_CUDA_WEIGHTS_EVICT_FIRST=1)
+endif()
 target_link_libraries(markbase_core PUBLIC CUDA::cudart_static)
 # The kernels include metal/dequant.h (shared with the Metal backend) by relative path; the
 # library is linked into a Python extension, so position-independent device code too.

@@ -74,7 +74,12 @@ __global__ void __launch_bounds__(kThreads) matvec_q8_tall_kernel(WeightRef w, i
   const int n0 = blockIdx.x * R, nr = min(R, n - n0);
   const int vecs = nr * static_cast<int>(w.row_bytes / 16);
   const mb_u8* src = w.data + static_cast<size_t>(n0) * w.row_bytes;
+#if MARKBASE_CUDA_WEIGHTS_EVICT_FIRST  // common.cuh: the weight stream's L2 policy
+  const unsigned long long pol = evict_first_policy();
+  for (int i = threadIdx.x; i < vecs; i += kThreads) cp_async16_policy(srows + 16 * i, src + 16 * static_cast<size_t>(i), pol);
+#else
   for (int i = threadIdx.x; i < vecs; i += kThreads) cp_async16(srows + 16 * i, src + 16 * static_cast<size_t>(i), true);
+#endif
   cp_async_commit();
   pdl_wait();
   float acc[R];

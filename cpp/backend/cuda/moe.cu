@@ -248,7 +248,8 @@ __global__ void __launch_bounds__(kRouterThreads) router_kernel(RouterArgs a) {
 // unrolled replay of it in one kernel of 147 KB, ran its chain block at 13 us against 5.7 alone.
 constexpr int kRouterGroups = kChainThreads / kRouterThreads;
 
-template <int TYPE>
+// WARM: the plan's parameter lines are touched before the wait (common.cuh's warm_params).
+template <int TYPE, bool WARM>
 __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __grid_constant__ ChainPlan p,
                                                                      int replay_ops, int rn_slot, RouterArgs r,
                                                                      unsigned* copied) {
@@ -283,6 +284,7 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
       for (int i = 0; i < 4; ++i) sc[i] = threadIdx.x + 32 * i < E ? r.scale[threadIdx.x + 32 * i] : 1.0f;
     }
   }
+  if constexpr (WARM) warm_params(&p, sizeof(p));
   chain_load(p, sm, true);
   pdl_wait();
   chain_load(p, sm, false);
@@ -925,9 +927,14 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, cons
     return 1;
   };
   // Float routers only (GGUF files keep the router in F32, Hugging Face directories in BF16).
-  if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32>);
-  if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16>);
-  return launch(chain_router_kernel<MB_BF16>);
+  if (chain_warm_params()) {
+    if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32, true>);
+    if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16, true>);
+    return launch(chain_router_kernel<MB_BF16, true>);
+  }
+  if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32, false>);
+  if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16, false>);
+  return launch(chain_router_kernel<MB_BF16, false>);
 }
 
 int moe_router(cudaStream_t s, const WeightRef& w, const float* x, const float* scale, int E, int k,

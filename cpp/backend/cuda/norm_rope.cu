@@ -256,11 +256,13 @@ bool rows_fit(int n, std::initializer_list<std::pair<const float*, int>> rows) {
   return n % 4 == 0 && n <= kChainMaxN && float4_rows(rows);
 }
 
-// The row chain as its own launch (row_chain.cuh's run_chain).
-template <bool COMPACT>
+// The row chain as its own launch (row_chain.cuh's run_chain). WARM: the plan's parameter lines
+// are touched before the wait (common.cuh's warm_params).
+template <bool COMPACT, bool WARM>
 __global__ void __launch_bounds__(kChainThreads) row_chain_kernel(const __grid_constant__ ChainPlan p) {
   extern __shared__ float4 sm[];  // p.slots rows of p.n4 float4s
   pdl_trigger();
+  if constexpr (WARM) warm_params(&p, sizeof(p));
   chain_load(p, sm, true);
   pdl_wait();
   chain_load(p, sm, false);
@@ -271,7 +273,8 @@ __global__ void __launch_bounds__(kChainThreads) row_chain_kernel(const __grid_c
 }  // namespace
 
 void row_chain_setup() {
-  for (auto k : {row_chain_kernel<true>, row_chain_kernel<false>})
+  for (auto k : {row_chain_kernel<true, false>, row_chain_kernel<false, false>, row_chain_kernel<true, true>,
+                 row_chain_kernel<false, true>})
     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kChainSmem));
 }
 
@@ -285,8 +288,9 @@ int row_chain(cudaStream_t s, const RowChain& c) {
            static_cast<size_t>(chain_plan(c, first, count + 1).slots) * (c.op[first].n / 4) * 16 <= kChainSmem)
       ++count;
     const ChainPlan p = chain_plan(c, first, count);
-    enqueue(compact ? row_chain_kernel<true> : row_chain_kernel<false>, 1, kChainThreads,
-            static_cast<size_t>(p.slots) * p.n4 * 16, s, p);
+    const auto kernel = chain_warm_params() ? (compact ? row_chain_kernel<true, true> : row_chain_kernel<false, true>)
+                                            : (compact ? row_chain_kernel<true, false> : row_chain_kernel<false, false>);
+    enqueue(kernel, 1, kChainThreads, static_cast<size_t>(p.slots) * p.n4 * 16, s, p);
     ++launches;
     first += count;
   }

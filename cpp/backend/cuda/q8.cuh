@@ -100,12 +100,17 @@ struct WUnit {
   unsigned w[4];
 };
 
-// 16 bits of weights: through the read-only cache from global memory, or a plain load from a
-// copy in shared memory (SHARED), which __ldg cannot address.
+// 16 bits of weights: through the read-only cache from global memory (with the L2 evict_first
+// policy in a MARKBASE_CUDA_WEIGHTS_EVICT_FIRST build: common.cuh), or a plain load from a copy in
+// shared memory (SHARED), which __ldg cannot address.
 template <bool SHARED>
 __device__ __forceinline__ unsigned short ld_u16(const unsigned short* p) {
   if constexpr (SHARED) return *p;
+#if MARKBASE_CUDA_WEIGHTS_EVICT_FIRST
+  else return ldg_u16_policy(p, evict_first_policy());
+#else
   else return __ldg(p);
+#endif
 }
 
 template <bool SHARED>
@@ -190,7 +195,7 @@ __device__ __forceinline__ float matvec_q8_block(const mb_u8* const (&rows)[R], 
   if (u < units) load_step(u);
   if (units > 2 * THREADS)
 #pragma unroll
-    for (int r = 0; r < R; ++r) prefetch_l2(rows[r], row_bytes);
+    for (int r = 0; r < R; ++r) prefetch_weights_l2(rows[r], row_bytes);
   pdl_wait();
   if (trigger_after_wait) pdl_trigger();
   float acc[R];

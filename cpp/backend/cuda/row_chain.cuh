@@ -160,6 +160,14 @@ __device__ __forceinline__ void run_chain(const ChainPlan& p, float4* sm, int co
   }
 }
 
+// MARKBASE_CUDA_WARM_PARAMS=1: the chain kernels' WARM instances, which touch their plan (a
+// kernel parameter the compact loop reads by op index after the wait) before the wait. Off until
+// measured (bench/RESULTS.md, nineteenth session).
+inline bool chain_warm_params() {
+  static const bool on = env_flag("MARKBASE_CUDA_WARM_PARAMS", false);
+  return on;
+}
+
 // The plan of ops first .. first + count - 1 of c.
 inline ChainPlan chain_plan(const RowChain& c, int first, int count) {
   ChainPlan p{};

@@ -9,7 +9,8 @@
 //          row chain does (each op's fields read by index, a barrier between ops); cycles for the
 //          walk, and for the first dependent parameter read alone; with and without touching every
 //          line of the plan first (what a kernel can do before its programmatic wait);
-//   code:   one warp runs 4096 independent FFMAs, unrolled (64 KB of instructions), once: cycles.
+//   code:   one warp runs 4096 independent FFMAs, unrolled (64 KB of instructions), once: cycles;
+//   data:   the first read of a global line the previous replay read (as the KV cache's): cycles.
 // Baseline: the same graphs with S = 0 (everything the probe touches was hot one replay ago).
 //   nvcc -std=c++17 -O3 -arch=sm_90a -o /tmp/l2probe bench/cuda/l2_residency_probe.cu && /tmp/l2probe [S_MB]
 #include <cuda_runtime.h>
@@ -63,8 +64,10 @@ __device__ __forceinline__ long long clk() {
   return t;
 }
 
-// out[0]: cycles of the first dependent parameter read (op[kOps - 1].n); out[1]: cycles of the walk.
-__global__ void param_kernel(const __grid_constant__ Plan p, int warm, long long* out) {
+// out[0]: cycles of the first dependent parameter read (op[kOps - 1].n); out[1]: cycles of the walk;
+// out[4]: cycles of a first read of a global line that the previous replay read (data the kernel
+// reads once a token, as the KV cache's or an activation's line).
+__global__ void param_kernel(const __grid_constant__ Plan p, int warm, const int* once, long long* out) {
   __shared__ float s[256];
   __shared__ volatile unsigned sink;
   if (warm) {  // every 32 bytes of the plan, one thread each
@@ -95,9 +98,13 @@ __global__ void param_kernel(const __grid_constant__ Plan p, int warm, long long
     __syncthreads();
   }
   const long long t2 = clk();
+  s[threadIdx.x] = static_cast<float>(__ldcg(once + 32 * static_cast<int>(t2 == 0)));  // one line, through L2
+  __syncthreads();
+  const long long t3 = clk();
   if (threadIdx.x == 0) {
     out[0] = t1 - t0;
     out[1] = t2 - t1;
+    out[4] = t3 - t2;
   }
   if (v == 1234.5f) sink = 1;
 }
@@ -127,7 +134,10 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&w, std::max<size_t>(n, 1) * 16));
   CK(cudaMemset(w, 1, std::max<size_t>(n, 1) * 16));
   CK(cudaMalloc(&sink, 4));
-  CK(cudaMalloc(&out, 4 * sizeof(long long)));
+  CK(cudaMalloc(&out, 5 * sizeof(long long)));
+  int* once = nullptr;
+  CK(cudaMalloc(&once, 4096));
+  CK(cudaMemset(once, 0, 4096));
   CK(cudaMalloc(&rows, 1024 * sizeof(float)));
   Plan p{};
   p.count = kOps;
@@ -137,7 +147,8 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
   std::printf("stream %zu MB a replay; median of 30 replays, cycles\n", mb);
-  std::printf("%-34s %14s %12s %12s\n", "weights' L2 policy / probe", "1st param read", "12-op walk", "64 KB code");
+  std::printf("%-34s %14s %12s %12s %14s\n", "weights' L2 policy / probe", "1st param read", "12-op walk", "64 KB code",
+              "1st data read");
   for (int stream : {0, 1}) {
     for (int evict_first : {0, 1}) {
       if (!stream && evict_first) continue;
@@ -146,21 +157,22 @@ int main(int argc, char** argv) {
         cudaGraphExec_t ge;
         CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
         stream_kernel<<<sms * 4, 512, 0, s>>>(w, stream ? n : 0, evict_first, sink);
-        param_kernel<<<1, 256, 0, s>>>(p, warm, out);
+        param_kernel<<<1, 256, 0, s>>>(p, warm, once, out);
         stream_kernel<<<sms * 4, 512, 0, s>>>(w, stream ? n : 0, evict_first, sink);
         code_kernel<<<1, 32, 0, s>>>(1.0001f, 0.5f, out);
         CK(cudaStreamEndCapture(s, &g));
         CK(cudaGraphInstantiate(&ge, g, 0));
-        std::vector<long long> a, b, c;
+        std::vector<long long> a, b, c, d;
         for (int r = 0; r < 33; ++r) {
           CK(cudaGraphLaunch(ge, s));
           CK(cudaStreamSynchronize(s));
-          long long h[4];
+          long long h[5];
           CK(cudaMemcpy(h, out, sizeof(h), cudaMemcpyDeviceToHost));
           if (r >= 3) {
             a.push_back(h[0]);
             b.push_back(h[1]);
             c.push_back(h[2]);
+            d.push_back(h[4]);
           }
         }
         auto med = [](std::vector<long long>& v) {
@@ -170,7 +182,7 @@ int main(int argc, char** argv) {
         char label[64];
         std::snprintf(label, sizeof(label), "%s, %s", !stream ? "no stream (hot)" : evict_first ? "evict_first" : "default",
                       warm ? "plan warmed" : "cold plan");
-        std::printf("%-34s %14lld %12lld %12lld\n", label, med(a), med(b), med(c));
+        std::printf("%-34s %14lld %12lld %12lld %14lld\n", label, med(a), med(b), med(c), med(d));
         CK(cudaGraphExecDestroy(ge));
         CK(cudaGraphDestroy(g));
       }

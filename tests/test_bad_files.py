@@ -180,3 +180,99 @@ def test_bad_safetensors(tmp_path):
     for p, r in zip(paths, results):
         assert r[0] == "FormatError", (p.name, r)
         assert p.name in r[1], (p.name, r)
+
+
+# --- Model configurations whose values are out of range: a FormatError naming the key when the
+# model is loaded, never a crash (a negative or truncated size once slipped past the weight shape
+# checks as a wildcard) and never a model that computes NaN (a zero RoPE base, a negative epsilon).
+LOADER = r"""
+import json, sys, markbase
+out = []
+for p in sys.argv[1:]:
+    try:
+        markbase.Model.load(p, backend="cpu")
+        out.append(["ok", ""])
+    except markbase.FormatError as e:
+        out.append(["FormatError", str(e)])
+    except Exception as e:
+        out.append([type(e).__name__, str(e)])
+print(json.dumps(out))
+"""
+
+
+def load_all(paths):
+    r = subprocess.run([sys.executable, "-c", LOADER, *map(str, paths)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"loader died (rc={r.returncode}): {r.stderr[-2000:]}"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _set(cfg: dict, path: str, value):
+    *parents, last = path.split(".")
+    for p in parents:
+        cfg = cfg[p]
+    cfg[last] = value
+
+
+HF_BAD_VALUES = {
+    "gemma3": [("intermediate_size", -1), ("intermediate_size", 2**31), ("intermediate_size", 10**12),
+               ("hidden_size", 2**32 + 64), ("num_key_value_heads", -1), ("rms_norm_eps", -1.0),
+               ("rms_norm_eps", float("nan")), ("query_pre_attn_scalar", 0), ("final_logit_softcapping", -30.0),
+               ("max_position_embeddings", -5), ("sliding_window", 2**40)],
+    "gemma4_moe": [("intermediate_size", -1), ("moe_intermediate_size", 2**40), ("num_experts", -3),
+                   ("top_k_experts", 2**33), ("hidden_size_per_layer_input", -1), ("num_kv_shared_layers", -2)],
+}
+
+
+def test_out_of_range_config_values(tmp_path, tiny_models):
+    import shutil
+    paths, keys = [], []
+    for kind, cases in HF_BAD_VALUES.items():
+        src = tiny_models[kind].path
+        cfg = json.load(open(f"{src}/config.json"))
+        rope = cfg.get("rope_parameters") or {}
+        extra = [(f"rope_parameters.{t}.rope_theta", v) for t in ("full_attention", "sliding_attention")
+                 if isinstance(rope.get(t), dict) for v in (0.0, -1.0, float("nan"))]
+        for n, (key, value) in enumerate(cases + extra):
+            d = tmp_path / f"{kind}-{n}"
+            shutil.copytree(src, d)
+            c = json.loads(json.dumps(cfg))
+            _set(c, key, value)
+            (d / "config.json").write_text(json.dumps(c))
+            paths.append(d)
+            keys.append(key)
+    assert len(paths) > len(HF_BAD_VALUES["gemma3"]) + len(HF_BAD_VALUES["gemma4_moe"])  # the RoPE cases too
+    for p, key, r in zip(paths, keys, load_all(paths)):
+        assert r[0] == "FormatError", (p.name, key, r)
+        assert key in r[1] and str(p) in r[1], (p.name, key, r)
+
+
+def _patch_gguf_value(blob: bytes, key: str, fmt: str, value) -> bytes:
+    """The file with the scalar value of metadata key `key` overwritten (struct format fmt)."""
+    k = enc_str(key)
+    i = blob.index(k) + len(k) + 4  # the key, then its 4-byte type id, then the value
+    out = bytearray(blob)
+    struct.pack_into(fmt, out, i, value)
+    return bytes(out)
+
+
+def test_out_of_range_gguf_config_values(tmp_path):
+    import os
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+    import make_synthetic_gguf as msg
+    src = tmp_path / "g3.gguf"
+    msg.write_synthetic_gguf(str(src), preset="gemma3-270m", layers=2, vocab=1024, qtype="q8_0", narrow=True)
+    blob = src.read_bytes()
+    cases = [("gemma3.rope.freq_base", "<f", float("nan")), ("gemma3.rope.freq_base", "<f", 0.0),
+             ("gemma3.attention.layer_norm_rms_epsilon", "<f", -1.0),
+             ("gemma3.feed_forward_length", "<I", 2**32 - 1), ("gemma3.embedding_length", "<I", 2**31 + 8),
+             ("gemma3.context_length", "<I", 2**31)]
+    paths = []
+    for n, (key, fmt, value) in enumerate(cases):
+        p = tmp_path / f"bad{n}.gguf"
+        p.write_bytes(_patch_gguf_value(blob, key, fmt, value))
+        paths.append(p)
+    results = load_all([src] + paths)
+    assert results[0][0] == "ok", results[0]
+    for (key, _, value), p, r in zip(cases, paths, results[1:]):
+        assert r[0] == "FormatError", (key, value, r)
+        assert key in r[1] and str(p) in r[1], (key, value, r)

@@ -34,6 +34,28 @@ class Keys {
     if (!v || v->is_null()) return def;
     try { return v->as_double(); } catch (const std::exception&) { fail(k, "not a number"); }
   }
+  // A size or count: an integer in [0, 2^30] (the engine keeps them in ints).
+  int size(const std::string& k) const { return checked_size(k, i(k)); }
+  int size(const std::string& k, int64_t def) const { return checked_size(k, i(k, def)); }
+  int checked_size(const std::string& k, int64_t v) const {
+    if (v < 0 || v > (int64_t{1} << 30)) fail(k, "value " + std::to_string(v) + " is out of range");
+    return static_cast<int>(v);
+  }
+  // A real parameter (a norm's epsilon, a RoPE base, a scale): finite and positive, or zero too
+  // where zero_ok. Anything else would only surface as NaN logits.
+  double real(const std::string& k, double def, bool zero_ok) const { return checked_real(k, f(k, def), zero_ok); }
+  double checked_real(const std::string& k, double v, bool zero_ok) const {
+    if (!std::isfinite(v) || v < 0 || (v == 0 && !zero_ok))
+      fail(k, "value " + std::to_string(v) + (zero_ok ? " is not a finite number >= 0" : " is not a finite number > 0"));
+    return v;
+  }
+  // A number or integer inside a nested object (key: its dotted path, for the message).
+  double number(const Value& v, const std::string& k) const {
+    try { return v.as_double(); } catch (const std::exception&) { fail(k, "not a number"); }
+  }
+  int64_t integer(const Value& v, const std::string& k) const {
+    try { return v.as_int(); } catch (const std::exception&) { fail(k, "not an integer"); }
+  }
   bool b(const std::string& k, bool def) const {
     const Value* v = find(k);
     if (!v || v->is_null()) return def;
@@ -130,18 +152,18 @@ ModelConfig from_gguf(const ModelFile& f) {
                       "' is not supported (gemma3 and gemma4 are)");
   const bool g4 = c.is_gemma4();
   Keys k(root, f.path(), c.architecture + ".");
-  c.hidden_size = static_cast<int>(k.i("embedding_length"));
+  c.hidden_size = k.size("embedding_length");
   check_positive(k, "embedding_length", c.hidden_size);
-  c.n_layers = static_cast<int>(k.i("block_count"));
+  c.n_layers = k.size("block_count");
   check_positive(k, "block_count", c.n_layers, 4096);
-  c.n_heads = static_cast<int>(k.i("attention.head_count"));
+  c.n_heads = k.size("attention.head_count");
   check_positive(k, "attention.head_count", c.n_heads, 4096);
-  c.context_length = static_cast<int>(k.i("context_length", 8192));
-  c.rms_eps = static_cast<float>(k.f("attention.layer_norm_rms_epsilon", 1e-6));
-  c.sliding_window = static_cast<int>(k.i("attention.sliding_window", 0));
-  c.final_softcap = static_cast<float>(k.f("final_logit_softcapping", 0.0));
-  const int hd_full = static_cast<int>(k.i("attention.key_length"));
-  const int hd_swa = g4 ? static_cast<int>(k.i("attention.key_length_swa", hd_full)) : hd_full;
+  c.context_length = k.size("context_length", 8192);
+  c.rms_eps = static_cast<float>(k.real("attention.layer_norm_rms_epsilon", 1e-6, true));
+  c.sliding_window = k.size("attention.sliding_window", 0);
+  c.final_softcap = static_cast<float>(k.real("final_logit_softcapping", 0.0, true));
+  const int hd_full = k.size("attention.key_length");
+  const int hd_swa = g4 ? k.size("attention.key_length_swa", hd_full) : hd_full;
   check_positive(k, "attention.key_length", hd_full, 65536);
   if (hd_full % 2 || hd_swa % 2 || hd_swa <= 0) k.fail("attention.key_length", "head dims must be even");
   const auto kv = k.per_layer("attention.head_count_kv", c.n_layers, c.n_heads, false);
@@ -166,26 +188,25 @@ ModelConfig from_gguf(const ModelFile& f) {
     LayerConfig& l = c.layers[i];
     l.sliding = swa[i];
     l.head_dim = l.sliding ? hd_swa : hd_full;
-    l.n_kv_heads = static_cast<int>(kv[i]);
-    l.ffn_dim = static_cast<int>(ffn[i]);
+    l.n_kv_heads = k.checked_size("attention.head_count_kv", kv[i]);
+    l.ffn_dim = k.checked_size("feed_forward_length", ffn[i]);
     if (l.n_kv_heads <= 0 || c.n_heads % l.n_kv_heads != 0)
       k.fail("attention.head_count_kv", "layer " + std::to_string(i) + ": " +
              std::to_string(l.n_kv_heads) + " KV heads do not divide " + std::to_string(c.n_heads));
-    if (l.ffn_dim < 0) k.fail("feed_forward_length", "negative");
   }
 
-  const double theta = k.f("rope.freq_base", 10000.0);
-  const double theta_swa = k.f("rope.freq_base_swa", 10000.0);
+  const double theta = k.real("rope.freq_base", 10000.0, false);
+  const double theta_swa = k.real("rope.freq_base_swa", 10000.0, false);
   if (g4) {
     c.v_norm = true;
     c.attn_scale = 1.0f;
-    c.n_kv_shared_layers = static_cast<int>(k.i("attention.shared_kv_layers", 0));
-    c.ple_dim = static_cast<int>(k.i("embedding_length_per_layer_input", 0));
-    c.n_experts = static_cast<int>(k.i("expert_count", 0));
-    c.n_experts_used = static_cast<int>(k.i("expert_used_count", 0));
-    c.expert_ffn_dim = static_cast<int>(k.i("expert_feed_forward_length", 0));
-    const int n_rot = static_cast<int>(k.i("rope.dimension_count", hd_full));
-    const int n_rot_swa = static_cast<int>(k.i("rope.dimension_count_swa", hd_swa));
+    c.n_kv_shared_layers = k.size("attention.shared_kv_layers", 0);
+    c.ple_dim = k.size("embedding_length_per_layer_input", 0);
+    c.n_experts = k.size("expert_count", 0);
+    c.n_experts_used = k.size("expert_used_count", 0);
+    c.expert_ffn_dim = k.size("expert_feed_forward_length", 0);
+    const int n_rot = k.size("rope.dimension_count", hd_full);
+    const int n_rot_swa = k.size("rope.dimension_count_swa", hd_swa);
     c.rope_inv_freq_sliding = rope_freqs(hd_swa, theta_swa, 1.0, n_rot_swa / 2);
     // Full layers: llama.cpp's rope_freqs tensor divides each frequency (1e30 for pairs that
     // are not rotated: proportional partial RoPE).
@@ -197,6 +218,10 @@ ModelConfig from_gguf(const ModelFile& f) {
                                         std::to_string(rf->numel()) + " values, expected " +
                                         std::to_string(hd_full / 2));
       factors = f.read("rope_freqs.weight");
+      for (float x : factors)
+        if (!std::isfinite(x) || x <= 0)
+          throw FormatError(f.path() + ": rope_freqs.weight holds " + std::to_string(x) +
+                            " (each must be a finite number > 0)");
     }
     for (int j = 0; j < hd_full / 2 && 2 * j < n_rot; ++j)
       c.rope_inv_freq_full[j] =
@@ -216,8 +241,7 @@ ModelConfig from_gguf(const ModelFile& f) {
                                   : 1.0f / std::sqrt(static_cast<float>(hd_full));
     double factor = 1.0;
     const Value* st = k.find("rope.scaling.type");
-    if (st && st->is_string() && st->as_string() == "linear") factor = k.f("rope.scaling.factor", 1.0);
-    if (factor <= 0) k.fail("rope.scaling.factor", "must be positive");
+    if (st && st->is_string() && st->as_string() == "linear") factor = k.real("rope.scaling.factor", 1.0, false);
     c.rope_inv_freq_sliding = rope_freqs(hd_swa, theta_swa, 1.0, hd_swa / 2);
     c.rope_inv_freq_full = rope_freqs(hd_full, theta, factor, hd_full / 2);
     c.rope_spec_sliding = llama_rope_spec(theta_swa, hd_swa, 1.0, {});
@@ -253,22 +277,23 @@ ModelConfig from_hf(const ModelFile& f) {
   else throw FormatError(f.path() + "/config.json: model_type '" + mt +
                          "' is not supported (Gemma 3 and Gemma 4 text models are)");
   const bool g4 = c.is_gemma4();
-  c.vocab_size = static_cast<int>(k.i("vocab_size"));
+  c.vocab_size = k.size("vocab_size");
   check_positive(k, "vocab_size", c.vocab_size, 1 << 22);
-  c.hidden_size = static_cast<int>(k.i("hidden_size"));
+  c.hidden_size = k.size("hidden_size");
   check_positive(k, "hidden_size", c.hidden_size);
-  c.n_layers = static_cast<int>(k.i("num_hidden_layers"));
+  c.n_layers = k.size("num_hidden_layers");
   check_positive(k, "num_hidden_layers", c.n_layers, 4096);
-  c.n_heads = static_cast<int>(k.i("num_attention_heads"));
+  c.n_heads = k.size("num_attention_heads");
   check_positive(k, "num_attention_heads", c.n_heads, 4096);
-  const int n_kv = static_cast<int>(k.i("num_key_value_heads", c.n_heads));
-  const int hd = static_cast<int>(k.i("head_dim", c.hidden_size / c.n_heads));
+  const int n_kv = k.size("num_key_value_heads", c.n_heads);
+  const int hd = k.size("head_dim", c.hidden_size / c.n_heads);
   check_positive(k, "head_dim", hd, 65536);
-  const int inter = static_cast<int>(k.i("intermediate_size"));
-  c.context_length = static_cast<int>(k.i("max_position_embeddings", 8192));
-  c.rms_eps = static_cast<float>(k.f("rms_norm_eps", 1e-6));
-  c.sliding_window = static_cast<int>(k.i("sliding_window", 0));
-  c.final_softcap = static_cast<float>(k.f("final_logit_softcapping", 0.0));
+  const int inter = k.size("intermediate_size");
+  check_positive(k, "intermediate_size", inter);
+  c.context_length = k.size("max_position_embeddings", 8192);
+  c.rms_eps = static_cast<float>(k.real("rms_norm_eps", 1e-6, true));
+  c.sliding_window = k.size("sliding_window", 0);
+  c.final_softcap = static_cast<float>(k.real("final_logit_softcapping", 0.0, true));
 
   // Layer types: an explicit list, or Gemma's default pattern.
   std::vector<bool> swa(c.n_layers);
@@ -290,38 +315,42 @@ ModelConfig from_hf(const ModelFile& f) {
     for (int i = 0; i < c.n_layers; ++i) swa[i] = false;
 
   // Rope parameters: transformers 5 "rope_parameters" per layer type, or the older flat keys.
-  double theta_full = k.f("rope_theta", g4 ? 1e6 : 1e6), theta_swa = k.f("rope_local_base_freq", 1e4);
+  double theta_full = k.real("rope_theta", 1e6, false), theta_swa = k.real("rope_local_base_freq", 1e4, false);
   double factor_full = 1.0, partial_full = 1.0;
   if (const Value* rs = cfg.find("rope_scaling"); rs && rs->is_object()) {
     const Value* t = rs->find("rope_type");
     if (!t) t = rs->find("type");
     if (t && t->is_string() && t->as_string() == "linear")
-      if (const Value* fv = rs->find("factor")) factor_full = fv->as_double();
+      if (const Value* fv = rs->find("factor"))
+        factor_full = k.checked_real("rope_scaling.factor", k.number(*fv, "rope_scaling.factor"), false);
   }
   if (const Value* rp = cfg.find("rope_parameters"); rp && rp->is_object()) {
     auto read = [&](const char* type, double& theta, double* factor, double* partial) {
       const Value* p = rp->find(type);
+      const std::string at = p && p->is_object() ? std::string("rope_parameters.") + type + "." : "rope_parameters.";
       if (!p || !p->is_object()) p = rp->find("rope_theta") ? rp : nullptr;
       if (!p) return;
-      if (const Value* v = p->find("rope_theta")) theta = v->as_double();
+      if (const Value* v = p->find("rope_theta")) theta = k.checked_real(at + "rope_theta", k.number(*v, at + "rope_theta"), false);
       std::string rt;
       if (const Value* v = p->find("rope_type"); v && v->is_string()) rt = v->as_string();
       if (factor && (rt == "linear" || rt == "proportional"))
-        if (const Value* v = p->find("factor")) *factor = v->as_double();
+        if (const Value* v = p->find("factor")) *factor = k.checked_real(at + "factor", k.number(*v, at + "factor"), false);
       if (partial && rt == "proportional")
-        if (const Value* v = p->find("partial_rotary_factor")) *partial = v->as_double();
+        if (const Value* v = p->find("partial_rotary_factor")) {
+          *partial = k.number(*v, at + "partial_rotary_factor");
+          if (!(*partial > 0 && *partial <= 1)) k.fail(at + "partial_rotary_factor", "must be in (0, 1]");
+        }
     };
     read("sliding_attention", theta_swa, nullptr, nullptr);
     read("full_attention", theta_full, &factor_full, &partial_full);
   }
-  if (factor_full <= 0) k.fail("rope_parameters", "scaling factor must be positive");
 
   int hd_full = hd, kv_full = n_kv;
   bool k_eq_v = false;
   if (g4) {
-    hd_full = static_cast<int>(k.i("global_head_dim", hd));
+    hd_full = k.size("global_head_dim", hd);
     k_eq_v = k.b("attention_k_eq_v", false);
-    if (k_eq_v) kv_full = static_cast<int>(k.i("num_global_key_value_heads", n_kv));
+    if (k_eq_v) kv_full = k.size("num_global_key_value_heads", n_kv);
   }
   c.layers.resize(c.n_layers);
   for (int i = 0; i < c.n_layers; ++i) {
@@ -338,9 +367,11 @@ ModelConfig from_hf(const ModelFile& f) {
       int idx = -1;
       try { idx = std::stoi(key); } catch (const std::exception&) {}
       if (idx < 0 || idx >= c.n_layers) k.fail("per_layer_config", "bad layer index '" + key + "'");
-      if (const Value* v = entry.find("head_dim")) c.layers[idx].head_dim = static_cast<int>(v->as_int());
+      const std::string at = "per_layer_config." + key + ".";
+      if (const Value* v = entry.find("head_dim"))
+        c.layers[idx].head_dim = k.checked_size(at + "head_dim", k.integer(*v, at + "head_dim"));
       if (const Value* v = entry.find("num_key_value_heads"); v && k_eq_v)
-        c.layers[idx].n_kv_heads = static_cast<int>(v->as_int());
+        c.layers[idx].n_kv_heads = k.checked_size(at + "num_key_value_heads", k.integer(*v, at + "num_key_value_heads"));
     }
   }
   for (int i = 0; i < c.n_layers; ++i) {
@@ -354,12 +385,12 @@ ModelConfig from_hf(const ModelFile& f) {
   if (g4) {
     c.v_norm = true;
     c.attn_scale = 1.0f;
-    c.n_kv_shared_layers = static_cast<int>(k.i("num_kv_shared_layers", 0));
-    c.ple_dim = static_cast<int>(k.i("hidden_size_per_layer_input", 256));
+    c.n_kv_shared_layers = k.size("num_kv_shared_layers", 0);
+    c.ple_dim = k.size("hidden_size_per_layer_input", 256);
     if (k.b("enable_moe_block", false)) {
-      c.n_experts = static_cast<int>(k.i("num_experts"));
-      c.n_experts_used = static_cast<int>(k.i("top_k_experts"));
-      c.expert_ffn_dim = static_cast<int>(k.i("moe_intermediate_size"));
+      c.n_experts = k.size("num_experts");
+      c.n_experts_used = k.size("top_k_experts");
+      c.expert_ffn_dim = k.size("moe_intermediate_size");
     }
     for (int i = 0; i < c.n_layers; ++i) c.layers[i].v_from_k = k_eq_v && !c.layers[i].sliding;
     assign_kv_layers(c, /*llama_cpp_rule=*/false, k);
@@ -374,7 +405,7 @@ ModelConfig from_hf(const ModelFile& f) {
     c.rope_inv_freq_sliding = rope_freqs(hd_swa_eff, theta_swa, 1.0, hd_swa_eff / 2);
     c.rope_inv_freq_full = rope_freqs(hd_f, theta_full, factor_full, rotated);
   } else {
-    c.attn_scale = static_cast<float>(1.0 / std::sqrt(k.f("query_pre_attn_scalar", hd)));
+    c.attn_scale = static_cast<float>(1.0 / std::sqrt(k.real("query_pre_attn_scalar", hd, false)));
     c.rope_inv_freq_sliding = rope_freqs(hd, theta_swa, 1.0, hd / 2);
     c.rope_inv_freq_full = rope_freqs(hd, theta_full, factor_full, hd / 2);
   }

@@ -146,7 +146,7 @@ const TensorView& WeightSet::get(const std::string& name, std::vector<int64_t> s
   const TensorView* t = find(name);
   if (!t) throw FormatError(path_ + ": tensor '" + name + "' is missing");
   bool ok = t->shape.size() == shape.size();
-  for (size_t i = 0; ok && i < shape.size(); ++i) ok = shape[i] < 0 || shape[i] == t->shape[i];
+  for (size_t i = 0; ok && i < shape.size(); ++i) ok = shape[i] == t->shape[i];
   // 1-element tensors (layer scalars) may be stored as [1] or as a scalar.
   if (!ok && shape.size() == 1 && shape[0] == 1 && t->numel() == 1) ok = true;
   if (!ok) {

@@ -18,8 +18,8 @@ class WeightSet {
   WeightSet(const ModelFile& f, const ModelConfig& c, const std::string& quant);
 
   const TensorView* find(const std::string& name) const;
-  // Throws FormatError naming the tensor when absent or when its shape is not `shape`
-  // (numpy order; -1 matches any size).
+  // Throws FormatError naming the tensor when absent or when its shape is not `shape` (numpy
+  // order; exactly: no wildcard, so that a size read wrongly from a config cannot match anything).
   const TensorView& get(const std::string& name, std::vector<int64_t> shape) const;
   const std::string& path() const { return path_; }
   size_t bytes() const;  // bytes of every tensor the model uses

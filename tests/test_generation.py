@@ -51,7 +51,7 @@ def test_top_k_1_equals_greedy(model):
 @pytest.mark.parametrize("kw", [
     dict(temperature=-1), dict(top_k=-1), dict(top_p=0.0), dict(top_p=1.5), dict(min_p=-0.1),
     dict(min_p=2), dict(repeat_penalty=0), dict(max_tokens=0), dict(max_tokens=-3),
-    dict(seed=-1), dict(temperature="hot"), dict(top_k=1.5), dict(stop=5),
+    dict(seed=-1), dict(seed=2**64), dict(temperature="hot"), dict(top_k=1.5), dict(stop=5),
 ])
 def test_invalid_sampling_arguments_raise_value_error(model, kw):
     with pytest.raises(ValueError):
@@ -79,6 +79,14 @@ def test_bad_token_ids(model):
         model.logits([2, 300000])
     with pytest.raises(ValueError):
         model.detokenize([-1])
+    # ids are integers (Python's or numpy's), never silently truncated floats or bools
+    for bad in ([2, 3.5], [2, True], "abc", 5):
+        with pytest.raises(TypeError):
+            model.logits(bad)
+    with pytest.raises(TypeError, match="prompt"):
+        model.generate(5, max_tokens=2)
+    ids = [2, 818, 5279]
+    assert np.array_equal(model.logits(np.array(ids, dtype=np.int64)), model.logits(ids))
 
 
 def test_stop_strings(model):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import operator
 import os
 import time
 from typing import Iterator
@@ -133,7 +134,18 @@ class Model:
         return list(ids)
 
     def _check_ids(self, ids) -> list[int]:
-        ids = [int(i) for i in ids]
+        # Integers only (Python's or numpy's): a float or a bool is a caller's mistake, not an id.
+        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+            raise TypeError(f"token ids must be a sequence of integers, got {type(ids).__name__}")
+        out = []
+        for i in ids:
+            if isinstance(i, bool):
+                raise TypeError(f"token ids must be integers, got {i!r}")
+            try:
+                out.append(operator.index(i))
+            except TypeError:
+                raise TypeError(f"token ids must be integers, got {i!r}") from None
+        ids = out
         V = self.config["vocab_size"]
         for i in ids:
             if i < 0 or i >= V:
@@ -163,6 +175,8 @@ class Model:
     def _prompt_ids(self, prompt) -> list[int]:
         if isinstance(prompt, str):
             ids = self.tokenize(prompt, add_bos=True)
+        elif isinstance(prompt, bytes) or not hasattr(prompt, "__iter__"):
+            raise TypeError(f"the prompt must be a str or a sequence of token ids, got {type(prompt).__name__}")
         else:
             ids = self._check_ids(prompt)
         if not ids:
@@ -177,8 +191,8 @@ class Model:
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
         seed = kw.get("seed")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-            raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64):
+            raise ValueError(f"seed must be an integer in [0, 2**64) or None, got {seed!r}")
         top_k = kw.get("top_k", 0)
         if isinstance(top_k, bool) or not isinstance(top_k, int):
             raise ValueError(f"top_k must be an integer >= 0, got {top_k!r}")

@@ -178,7 +178,8 @@ def test_backend_errors():
 
 
 @pytest.mark.parametrize("kw", [dict(prefill_chunk=0), dict(prefill_chunk=-4), dict(prefill_chunk=2.5),
-                                dict(prefill_chunk=True), dict(max_context=0), dict(threads=0)])
+                                dict(prefill_chunk=True), dict(max_context=0), dict(max_context=2**40),
+                                dict(threads=0), dict(threads=10**6), dict(threads=True)])
 def test_invalid_load_arguments_raise_value_error(model, kw):
     with pytest.raises(ValueError):
         markbase.Model.load(model.path, backend="cpu", **kw)
@@ -190,3 +191,10 @@ def test_prefill_chunk_left_to_the_backend(model):
     ids = model.tokenize("The capital of France is")
     auto = markbase.Model.load(model.path, backend="cpu", prefill_chunk=None)
     assert np.allclose(auto.logits(ids), model.logits(ids), atol=0, rtol=0)
+
+
+def test_kv_cache_larger_than_memory_is_refused():
+    """A max_context whose KV cache cannot fit in the machine's memory is a ValueError at load,
+    not a process killed while the cache is zero-filled."""
+    with pytest.raises(ValueError, match="KV cache"):
+        markbase.Model.load(None, backend="cpu", max_context=2**31 - 1)

@@ -48,10 +48,10 @@ class Model:
         path = os.fspath(path)
         if not os.path.exists(path):
             raise FileNotFoundError(f"No such file or directory: '{path}'")
-        if threads is not None and (not isinstance(threads, int) or threads < 1):
-            raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
-        if not isinstance(max_context, int) or max_context < 1:
-            raise ValueError(f"max_context must be a positive integer, got {max_context!r}")
+        if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= 1024):
+            raise ValueError(f"threads must be an integer in [1, 1024] or None, got {threads!r}")
+        if not isinstance(max_context, int) or isinstance(max_context, bool) or not 1 <= max_context < 2**31:
+            raise ValueError(f"max_context must be an integer in [1, 2**31), got {max_context!r}")
         if quant is not None and quant not in ("q8_0", "q4_0"):
             raise ValueError(f"quant must be None, 'q8_0' or 'q4_0', got {quant!r}")
         if kv_cache not in ("f16", "f32"):

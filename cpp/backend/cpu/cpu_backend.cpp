@@ -10,6 +10,8 @@
 #include <map>
 #include <thread>
 
+#include <unistd.h>
+
 #include "backend/backend.h"
 #include "backend/cpu/attention.h"
 #include "backend/cpu/kernels.h"
@@ -25,9 +27,25 @@
 namespace markbase {
 namespace {
 
+// The machine's physical memory in bytes (0 where unknown).
+size_t physical_memory() {
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) return static_cast<size_t>(pages) * static_cast<size_t>(page);
+#endif
+  return 0;
+}
+
 class CpuCaches : public KVCaches {
  public:
   CpuCaches(const std::vector<CacheDesc>& d, bool f16) : desc(d), f16(f16) {
+    // A max_context whose cache cannot fit in memory is the caller's mistake: say so, instead of
+    // zero-filling until the kernel kills the process.
+    double bytes = 0;
+    for (const CacheDesc& c : d) bytes += 2.0 * c.kv_heads * c.capacity * c.head_dim * (f16 ? 2 : 4);
+    if (const size_t mem = physical_memory(); mem > 0 && bytes > static_cast<double>(mem))
+      throw std::invalid_argument("max_context: the KV cache would take " + std::to_string(bytes / (1 << 30)) +
+                                  " GiB, more than this machine's " + std::to_string(mem >> 30) + " GiB of memory");
     for (const CacheDesc& c : d) {
       const size_t n = static_cast<size_t>(c.kv_heads) * c.capacity * c.head_dim;
       if (f16) { k16.emplace_back(n); v16.emplace_back(n); k32.emplace_back(); v32.emplace_back(); }

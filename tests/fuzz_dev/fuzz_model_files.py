@@ -1,13 +1,14 @@
 """Fuzz of model configuration values (not part of the test suite): every value of the tiny
 Hugging Face models' config.json (tests/tiny_gemma.py) and every scalar of the GGUF metadata of
 three synthetic files (bench/make_synthetic_gguf.py), set to values out of range (0, -1, 2^31,
-2^32 - 1, 10^12, NaN, inf, wrong types, deleted), and every tensor's type id of a GGUF file. Each
+2^32 - 1, 10^12, NaN, inf, wrong types, deleted), every metadata array's element type and count,
+and every tensor's type id of a GGUF file. Each
 file is loaded and run in a subprocess; a case fails when the process dies by a signal, hangs,
 returns NaN logits (except for a tensor read as another type: its bytes are then other numbers),
 or raises anything but markbase.FormatError / ValueError / TypeError. The
 tests of tests/test_bad_files.py keep the cases this found (nineteenth session).
 
-    python tests/fuzz_dev/fuzz_model_files.py OUT_DIR [hf|gguf|types ...]   (a few minutes each)
+    python tests/fuzz_dev/fuzz_model_files.py OUT_DIR [hf|gguf|arrays|types ...]   (minutes each)
 """
 import copy
 import json
@@ -144,6 +145,33 @@ def fuzz_gguf(out: str, bad: list) -> int:
     return n
 
 
+def fuzz_arrays(out: str, bad: list) -> int:
+    """Every metadata array (the tokenizer's tokens, scores, types, merges; per-layer values):
+    another element type id, or another count."""
+    import gguf
+    from gguf_builder import enc_str
+    n = 0
+    for preset, p in synthetic_files(out).items():
+        blob = open(p, "rb").read()
+        for name in gguf.GGUFReader(p).fields:
+            k = enc_str(name)
+            i = blob.find(k)
+            if i < 0:
+                continue
+            i += len(k)
+            if struct.unpack_from("<I", blob, i)[0] != 9:  # arrays: element type u32, count u64
+                continue
+            for fmt, at, values in (("<I", i + 4, (0, 4, 5, 6, 7, 8, 10, 12, 9, 99)), ("<Q", i + 8, (0, 1, 2**40, 2**63))):
+                for v in values:
+                    b = bytearray(blob)
+                    struct.pack_into(fmt, b, at, v)
+                    w = os.path.join(out, "array-case.gguf")
+                    open(w, "wb").write(bytes(b))
+                    n += 1
+                    report(f"{preset} {name} {'type' if fmt == '<I' else 'count'}={v}", run(w), bad)
+    return n
+
+
 def fuzz_types(out: str, bad: list) -> int:
     import gguf
     p = synthetic_files(out)["gemma3-270m"]
@@ -167,8 +195,9 @@ def fuzz_types(out: str, bad: list) -> int:
 if __name__ == "__main__":
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
-    parts = sys.argv[2:] or ["hf", "gguf", "types"]
+    parts = sys.argv[2:] or ["hf", "gguf", "arrays", "types"]
     bad: list = []
-    total = sum({"hf": fuzz_hf, "gguf": fuzz_gguf, "types": fuzz_types}[p](out, bad) for p in parts)
+    total = sum({"hf": fuzz_hf, "gguf": fuzz_gguf, "arrays": fuzz_arrays, "types": fuzz_types}[p](out, bad)
+                for p in parts)
     print(f"{total} cases, {len(bad)} bad")
     sys.exit(1 if bad else 0)

@@ -100,7 +100,7 @@ if has kern; then  # decode per op, timed inside the CUDA graph (6-layer 26B-A4B
   if [ "${EF_BUILD:-0}" = 1 ]; then
     log "building markbase (CUDA, weights evict_first)"
     CMAKE_BUILD_PARALLEL_LEVEL=8 CMAKE_ARGS="-DMARKBASE_CUDA=ON -DMARKBASE_CUDA_WEIGHTS_EVICT_FIRST=ON" \
-      python3 -m pip install --no-build-isolation --no-deps -q --target /tmp/mb_ef -C build-dir=/tmp/build_ef . \
+      python3 -m pip install --no-build-isolation --no-deps -q --target /tmp/mb_ef --config-settings=build-dir=/tmp/build_ef . \
       > /tmp/build_ef.log 2>&1 || { log "evict_first build FAILED"; tail -30 /tmp/build_ef.log >> "$OUT/run.log"; }
     BENCH_EF=$(find /tmp/mb_ef -name markbase-bench -type f 2>/dev/null | head -1)
     for site in "" /tmp/mb_ef; do

@@ -34,13 +34,16 @@ class Keys {
     if (!v || v->is_null()) return def;
     try { return v->as_double(); } catch (const std::exception&) { fail(k, "not a number"); }
   }
-  // A size or count: an integer in [0, 2^30] (the engine keeps them in ints).
-  int size(const std::string& k) const { return checked_size(k, i(k)); }
-  int size(const std::string& k, int64_t def) const { return checked_size(k, i(k, def)); }
-  int checked_size(const std::string& k, int64_t v) const {
-    if (v < 0 || v > (int64_t{1} << 30)) fail(k, "value " + std::to_string(v) + " is out of range");
+  // Sizes and counts: integers in [lo, hi], checked before they become ints. size: [0, 2^30];
+  // positive: [1, hi] (a required key).
+  int in_range(const std::string& k, int64_t v, int64_t lo, int64_t hi) const {
+    if (v < lo || v > hi) fail(k, "value " + std::to_string(v) + " is out of range");
     return static_cast<int>(v);
   }
+  int size(const std::string& k) const { return checked_size(k, i(k)); }
+  int size(const std::string& k, int64_t def) const { return checked_size(k, i(k, def)); }
+  int checked_size(const std::string& k, int64_t v) const { return in_range(k, v, 0, int64_t{1} << 30); }
+  int positive(const std::string& k, int64_t hi = 1 << 24) const { return in_range(k, i(k), 1, hi); }
   // A real parameter (a norm's epsilon, a RoPE base, a scale): finite and positive, or zero too
   // where zero_ok. Anything else would only surface as NaN logits.
   double real(const std::string& k, double def, bool zero_ok) const { return checked_real(k, f(k, def), zero_ok); }
@@ -109,10 +112,6 @@ std::vector<float> rope_freqs(int head_dim, double theta, double divide, int rot
   return inv;
 }
 
-void check_positive(const Keys& k, const std::string& key, int64_t v, int64_t max = (1 << 24)) {
-  if (v <= 0 || v > max) k.fail(key, "value " + std::to_string(v) + " is out of range");
-}
-
 // KV sharing: the last `shared` layers read the cache of an earlier layer.
 void assign_kv_layers(ModelConfig& c, bool llama_cpp_rule, const Keys& k) {
   const int L = c.n_layers, first = L - c.n_kv_shared_layers;
@@ -152,19 +151,15 @@ ModelConfig from_gguf(const ModelFile& f) {
                       "' is not supported (gemma3 and gemma4 are)");
   const bool g4 = c.is_gemma4();
   Keys k(root, f.path(), c.architecture + ".");
-  c.hidden_size = k.size("embedding_length");
-  check_positive(k, "embedding_length", c.hidden_size);
-  c.n_layers = k.size("block_count");
-  check_positive(k, "block_count", c.n_layers, 4096);
-  c.n_heads = k.size("attention.head_count");
-  check_positive(k, "attention.head_count", c.n_heads, 4096);
+  c.hidden_size = k.positive("embedding_length");
+  c.n_layers = k.positive("block_count", 4096);
+  c.n_heads = k.positive("attention.head_count", 4096);
   c.context_length = k.size("context_length", 8192);
   c.rms_eps = static_cast<float>(k.real("attention.layer_norm_rms_epsilon", 1e-6, true));
   c.sliding_window = k.size("attention.sliding_window", 0);
   c.final_softcap = static_cast<float>(k.real("final_logit_softcapping", 0.0, true));
-  const int hd_full = k.size("attention.key_length");
+  const int hd_full = k.positive("attention.key_length", 65536);
   const int hd_swa = g4 ? k.size("attention.key_length_swa", hd_full) : hd_full;
-  check_positive(k, "attention.key_length", hd_full, 65536);
   if (hd_full % 2 || hd_swa % 2 || hd_swa <= 0) k.fail("attention.key_length", "head dims must be even");
   const auto kv = k.per_layer("attention.head_count_kv", c.n_layers, c.n_heads, false);
   const auto ffn = k.per_layer("feed_forward_length", c.n_layers, 0, true);
@@ -277,19 +272,13 @@ ModelConfig from_hf(const ModelFile& f) {
   else throw FormatError(f.path() + "/config.json: model_type '" + mt +
                          "' is not supported (Gemma 3 and Gemma 4 text models are)");
   const bool g4 = c.is_gemma4();
-  c.vocab_size = k.size("vocab_size");
-  check_positive(k, "vocab_size", c.vocab_size, 1 << 22);
-  c.hidden_size = k.size("hidden_size");
-  check_positive(k, "hidden_size", c.hidden_size);
-  c.n_layers = k.size("num_hidden_layers");
-  check_positive(k, "num_hidden_layers", c.n_layers, 4096);
-  c.n_heads = k.size("num_attention_heads");
-  check_positive(k, "num_attention_heads", c.n_heads, 4096);
+  c.vocab_size = k.positive("vocab_size", 1 << 22);
+  c.hidden_size = k.positive("hidden_size");
+  c.n_layers = k.positive("num_hidden_layers", 4096);
+  c.n_heads = k.positive("num_attention_heads", 4096);
   const int n_kv = k.size("num_key_value_heads", c.n_heads);
-  const int hd = k.size("head_dim", c.hidden_size / c.n_heads);
-  check_positive(k, "head_dim", hd, 65536);
-  const int inter = k.size("intermediate_size");
-  check_positive(k, "intermediate_size", inter);
+  const int hd = k.in_range("head_dim", k.i("head_dim", c.hidden_size / c.n_heads), 1, 65536);
+  const int inter = k.positive("intermediate_size");
   c.context_length = k.size("max_position_embeddings", 8192);
   c.rms_eps = static_cast<float>(k.real("rms_norm_eps", 1e-6, true));
   c.sliding_window = k.size("sliding_window", 0);

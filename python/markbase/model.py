@@ -133,24 +133,23 @@ class Model:
             ids = [bos] + ids
         return list(ids)
 
-    def _check_ids(self, ids) -> list[int]:
+    def _check_ids(self, ids, what: str = "token ids") -> list[int]:
         # Integers only (Python's or numpy's): a float or a bool is a caller's mistake, not an id.
         if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
-            raise TypeError(f"token ids must be a sequence of integers, got {type(ids).__name__}")
+            raise TypeError(f"{what} must be a sequence of integer token ids, got {type(ids).__name__}")
+        V = self.config["vocab_size"]
         out = []
         for i in ids:
-            if isinstance(i, bool):
-                raise TypeError(f"token ids must be integers, got {i!r}")
             try:
-                out.append(operator.index(i))
+                if isinstance(i, bool):
+                    raise TypeError
+                i = operator.index(i)
             except TypeError:
                 raise TypeError(f"token ids must be integers, got {i!r}") from None
-        ids = out
-        V = self.config["vocab_size"]
-        for i in ids:
             if i < 0 or i >= V:
                 raise ValueError(f"token id {i} is outside the vocabulary of {V}")
-        return ids
+            out.append(i)
+        return out
 
     def _detok_bytes(self, ids) -> bytes:
         if self._hf_tok is None:
@@ -175,10 +174,8 @@ class Model:
     def _prompt_ids(self, prompt) -> list[int]:
         if isinstance(prompt, str):
             ids = self.tokenize(prompt, add_bos=True)
-        elif isinstance(prompt, bytes) or not hasattr(prompt, "__iter__"):
-            raise TypeError(f"the prompt must be a str or a sequence of token ids, got {type(prompt).__name__}")
         else:
-            ids = self._check_ids(prompt)
+            ids = self._check_ids(prompt, what="the prompt, if not a str,")
         if not ids:
             raise ValueError("the prompt is empty")
         if len(ids) >= self._e.max_context:

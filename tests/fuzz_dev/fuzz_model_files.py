@@ -116,59 +116,57 @@ def synthetic_files(out: str) -> dict:
     return files
 
 
-def fuzz_gguf(out: str, bad: list) -> int:
+def metadata_entries(out: str):
+    """(preset, file bytes, key, offset of its 4-byte type id) for every metadata key."""
     import gguf
     from gguf_builder import enc_str
+    for preset, p in synthetic_files(out).items():
+        blob = open(p, "rb").read()
+        for name in gguf.GGUFReader(p).fields:
+            k = enc_str(name)
+            i = blob.find(k)
+            if i >= 0:
+                yield preset, blob, name, i + len(k)
+
+
+def try_patch(out: str, blob: bytes, fmt: str, at: int, value, label: str, bad: list, nan_ok: bool = False) -> None:
+    """Loads and runs the file with `value` packed (struct format fmt) at byte `at`."""
+    b = bytearray(blob)
+    struct.pack_into(fmt, b, at, value)
+    w = os.path.join(out, "case.gguf")
+    with open(w, "wb") as f:
+        f.write(bytes(b))
+    report(label, run(w), bad, nan_ok)
+
+
+def fuzz_gguf(out: str, bad: list) -> int:
     fmt = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 10: "<Q", 11: "<q", 12: "<d"}
     vals = {"<I": [0, 1, 2**31, 2**32 - 1], "<i": [0, -1, 2**31 - 1, -2**31],
             "<f": [0.0, -1.0, float("nan"), float("inf"), 1e30], "<Q": [0, 2**63], "<q": [-1, 2**62],
             "<d": [float("nan"), -1.0], "<B": [0, 255], "<b": [-1], "<H": [0, 65535], "<h": [-1]}
     n = 0
-    for preset, p in synthetic_files(out).items():
-        blob = open(p, "rb").read()
-        for name in gguf.GGUFReader(p).fields:
-            if name.startswith("general."):
-                continue
-            k = enc_str(name)
-            i = blob.find(k)
-            if i < 0:
-                continue
-            i += len(k)
-            f = fmt.get(struct.unpack_from("<I", blob, i)[0])
-            for v in vals.get(f, []):
-                b = bytearray(blob)
-                struct.pack_into(f, b, i + 4, v)
-                w = os.path.join(out, "gguf-case.gguf")
-                open(w, "wb").write(bytes(b))
-                n += 1
-                report(f"{preset} {name}={v!r}", run(w), bad)
+    for preset, blob, name, at in metadata_entries(out):
+        if name.startswith("general."):
+            continue
+        f = fmt.get(struct.unpack_from("<I", blob, at)[0])
+        for v in vals.get(f, []):
+            n += 1
+            try_patch(out, blob, f, at + 4, v, f"{preset} {name}={v!r}", bad)
     return n
 
 
 def fuzz_arrays(out: str, bad: list) -> int:
     """Every metadata array (the tokenizer's tokens, scores, types, merges; per-layer values):
     another element type id, or another count."""
-    import gguf
-    from gguf_builder import enc_str
     n = 0
-    for preset, p in synthetic_files(out).items():
-        blob = open(p, "rb").read()
-        for name in gguf.GGUFReader(p).fields:
-            k = enc_str(name)
-            i = blob.find(k)
-            if i < 0:
-                continue
-            i += len(k)
-            if struct.unpack_from("<I", blob, i)[0] != 9:  # arrays: element type u32, count u64
-                continue
-            for fmt, at, values in (("<I", i + 4, (0, 4, 5, 6, 7, 8, 10, 12, 9, 99)), ("<Q", i + 8, (0, 1, 2**40, 2**63))):
-                for v in values:
-                    b = bytearray(blob)
-                    struct.pack_into(fmt, b, at, v)
-                    w = os.path.join(out, "array-case.gguf")
-                    open(w, "wb").write(bytes(b))
-                    n += 1
-                    report(f"{preset} {name} {'type' if fmt == '<I' else 'count'}={v}", run(w), bad)
+    for preset, blob, name, at in metadata_entries(out):
+        if struct.unpack_from("<I", blob, at)[0] != 9:  # arrays: element type u32, count u64
+            continue
+        for fmt, off, what, values in (("<I", 4, "type", (0, 4, 5, 6, 7, 8, 10, 12, 9, 99)),
+                                       ("<Q", 8, "count", (0, 1, 2**40, 2**63))):
+            for v in values:
+                n += 1
+                try_patch(out, blob, fmt, at + off, v, f"{preset} {name} {what}={v}", bad)
     return n
 
 
@@ -182,13 +180,9 @@ def fuzz_types(out: str, bad: list) -> int:
         i = blob.find(key) + len(key)
         type_at = i + 4 + 8 * struct.unpack_from("<I", blob, i)[0]  # after n_dims and the dims
         for ty in (0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 16, 30, 99):
-            b = bytearray(blob)
-            struct.pack_into("<I", b, type_at, ty)
-            w = os.path.join(out, "type-case.gguf")
-            open(w, "wb").write(bytes(b))
             n += 1
             # the bytes read as another type are other numbers, possibly NaN: only a crash counts
-            report(f"{t.name} type={ty}", run(w), bad, nan_ok=True)
+            try_patch(out, blob, "<I", type_at, ty, f"{t.name} type={ty}", bad, nan_ok=True)
     return n
 
 

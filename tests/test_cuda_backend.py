@@ -431,8 +431,9 @@ def test_row_chain_compact_bit_identical(need_cuda, tmp_path, preset):
                          ids=["q4_0", "q8_0-narrow", "mixed-types"])
 def test_chain_router_bit_identical(need_cuda, tmp_path, qtype, narrow, mix):
     """Default-mode decode of a Gemma 4 MoE layer runs its router beside the row chain before it,
-    in one launch (chain_router, moe.cu: block 0 runs the chain, the router blocks replay it up to
-    the router's input), and the dense MLP's gate/up in the experts' gate/up launch
+    in one launch (chain_router, moe.cu: block 0 runs the chain, the router blocks replay the
+    ops the router's input depends on, route_rank routes), and the dense MLP's gate/up in the
+    experts' gate/up launch
     (moe_ffn_decode_routed), with every part's arithmetic unchanged: the logits and tokens must be
     bit-identical to the router's own launch after the chain (MARKBASE_CUDA_CHAIN_ROUTER=0), with
     one kernel a MoE layer fewer, and with the dense blocks last in the gate/up launch instead of
@@ -452,18 +453,24 @@ def test_chain_router_bit_identical(need_cuda, tmp_path, qtype, narrow, mix):
 
 
 @pytest.mark.parametrize("qtype", ["q4_0", "q8_0"])
-def test_warm_params_bit_identical(need_cuda, tmp_path, qtype):
-    """MARKBASE_CUDA_WARM_PARAMS=1 runs the row chain kernels' instances that touch their plan (a
-    kernel parameter) before the programmatic wait: it changes where the plan sits when the chain
-    reads it, not what is computed. The logits bit for bit and the tokens of the defaults, as many
-    kernels a token: two 26B-A4B layers (chains alone and the chain+router launch) and two E2B
-    layers (per-layer embeddings: their chains too)."""
+def test_chain_instances_bit_identical(need_cuda, tmp_path, qtype):
+    """The row chain kernels' other instances change when or how their work is observed, not what
+    is computed: MARKBASE_CUDA_WARM_PARAMS=1 touches the plan (a kernel parameter) before the
+    programmatic wait, MARKBASE_CUDA_CHAIN_PROBE=1 stamps each stage's SM cycles (row_chain.cuh).
+    The logits bit for bit and the tokens of the defaults, as many kernels a token: two 26B-A4B
+    layers (chains alone and the chain+router launch) and two E2B layers (per-layer embeddings:
+    their chains too)."""
     for preset in ("26b-a4b", "e2b"):
         path, summary, rng = _synthetic(tmp_path, f"{preset}-warm-{qtype}", preset=preset, layers=2, vocab=4096,
                                         qtype=qtype)
         ids = _ids(summary, 12, rng)
-        on, other = _fingerprints_match(path, ids, {"MARKBASE_CUDA_WARM_PARAMS": "1"})
-        assert on["kernels"] == other["kernels"]
+        on = _decode_fingerprint(path, ids, {})
+        others = {s: _decode_fingerprint(path, ids, {s: "1"}) for s in ("MARKBASE_CUDA_WARM_PARAMS",
+                                                                         "MARKBASE_CUDA_CHAIN_PROBE")}
+        path.unlink(missing_ok=True)
+        assert on["finite"]
+        for switch, other in others.items():
+            assert (other["sha"], other["tokens"], other["kernels"]) == (on["sha"], on["tokens"], on["kernels"]), switch
 
 
 @pytest.mark.parametrize("experts,top_k", [(6, 3), (40, 5)])

@@ -19,6 +19,7 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kMaxHostIds = 64;
+constexpr int kRankExperts = 128;  // route_rank's most experts
 
 // Routing of one token by one warp: softmax of the logits l, k rounds of arg-max, the chosen
 // weights renormalised and scaled per expert; p[] (E floats of shared memory) holds the
@@ -66,70 +67,79 @@ __device__ void route_row(const float* l, const float* scale, int E, int k, floa
   }
 }
 
-// route_row for E <= 32 * PER experts, the probabilities in registers (lane l holds experts
-// l + 32 i): the same softmax arithmetic in the same order, and each round's arg-max by two warp
-// reductions (redux.sync: the largest key, then the lowest expert id holding it) instead of a
-// shuffle butterfly of value and id over shared memory. Keys are the probabilities' bits plus one
-// (order-preserving for p >= 0), 0 for taken experts. Each lane j < k keeps choice j, and writes
-// it once at the end. sc (optional): the per-expert scales, held like p (lane l: experts l + 32 i),
-// loaded by the caller before its wait; lane j then takes its expert's scale by shuffles instead
-// of a dependent load after the top-k.
-template <int PER>
-__device__ void route_row_reg(const float* l, const float* scale, int E, int k, float* o,
-                              const float* sc = nullptr) {
-  const int lane = threadIdx.x & 31;
-  float p[PER];
-  float mx = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < PER; ++i) {
-    const int e = lane + 32 * i;
-    p[i] = e < E ? __ldcg(l + e) : -INFINITY;
-    mx = fmaxf(mx, p[i]);
-  }
-  mx = warp_max(mx);
-  float sum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < PER; ++i) {
-    if (lane + 32 * i < E) {
-      p[i] = expf(p[i] - mx);
-      sum += p[i];
-    }
-  }
-  sum = warp_sum(sum);
-  unsigned key[PER];
-#pragma unroll
-  for (int i = 0; i < PER; ++i) key[i] = lane + 32 * i < E ? __float_as_uint(p[i] / sum) + 1u : 0u;
-  float ws = 0.0f, mine = 0.0f;
-  int mine_e = 0;
-  for (int j = 0; j < k; ++j) {
-    unsigned best = 0u, bi = 0xFFFFFFFFu;
-#pragma unroll
-    for (int i = 0; i < PER; ++i)
-      if (key[i] > best) { best = key[i]; bi = lane + 32 * i; }  // ascending ids: ties keep the lowest
-    const unsigned m = __reduce_max_sync(0xffffffffu, best);
-    const unsigned e = __reduce_min_sync(0xffffffffu, best == m ? bi : 0xFFFFFFFFu);
-    const float v = __uint_as_float(m - 1u);
-    ws += v;
-    if (lane == j) { mine = v; mine_e = static_cast<int>(e); }
-    if ((e & 31) == static_cast<unsigned>(lane)) {
-#pragma unroll
-      for (int i = 0; i < PER; ++i)
-        if (static_cast<unsigned>(i) == e >> 5) key[i] = 0u;  // taken
-    }
-  }
-  float mine_sc = 1.0f;
-  if (sc) {  // every lane takes part in the shuffles; lane j keeps its expert's scale
+// route_row for E <= 128 experts and k <= 32, by a whole block of at least E threads (every
+// thread calls it): the same softmax arithmetic in the same order by the first warp (lane l holds
+// experts l + 32 i), then the top-k by rank instead of k rounds of arg-max: thread e counts the
+// experts that beat its own (a larger probability, or the same and a lower id: the CPU's order),
+// and a rank below k is choice number rank. The k rounds of warp reductions took ~2 us on the H200
+// (about half of the routing block's time after its count, chain probe, twentieth session); the
+// ranks are one pass over 128 keys in shared memory by all experts at once. The same choices in
+// the same order, so the same bits: the chosen weights are renormalised by their sum taken in
+// choice order. Keys are the probabilities' bits plus one (order-preserving for p >= 0). sc
+// (optional): the per-expert scales, held like the probabilities by the first warp, loaded by
+// the caller before its wait: no dependent load after the top-k.
+struct RankScratch {
+  unsigned key[kRankExperts];
+  float sc[kRankExperts];
+  unsigned chosen_key[32];
+  int chosen[32];
+};
+
+__device__ void route_rank(const float* l, const float* scale, int E, int k, float* o, RankScratch& rs,
+                           const float* sc = nullptr) {
+  constexpr int PER = kRankExperts / 32;
+  const int t = threadIdx.x, lane = t & 31;
+  if (t < 32) {
+    float p[PER];
+    float mx = -INFINITY;
 #pragma unroll
     for (int i = 0; i < PER; ++i) {
-      const float v = __shfl_sync(0xffffffffu, sc[i], mine_e & 31);
-      if (i == mine_e >> 5) mine_sc = v;
+      const int e = lane + 32 * i;
+      p[i] = e < E ? __ldcg(l + e) : -INFINITY;
+      mx = fmaxf(mx, p[i]);
     }
-  } else if (scale && lane < k) {
-    mine_sc = scale[mine_e];
+    mx = warp_max(mx);
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      if (lane + 32 * i < E) {
+        p[i] = expf(p[i] - mx);
+        sum += p[i];
+      }
+    }
+    sum = warp_sum(sum);
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const int e = lane + 32 * i;
+      rs.key[e] = e < E ? __float_as_uint(p[i] / sum) + 1u : 0u;  // 0: no expert, beaten by all
+      if (sc) rs.sc[e] = sc[i];
+    }
   }
-  if (lane < k) {
-    o[2 * lane] = mine / ws * mine_sc;
-    o[2 * lane + 1] = static_cast<float>(mine_e);
+  __syncthreads();
+  if (t < E) {
+    const unsigned mine = rs.key[t];
+    int rank = 0;
+    const uint4* keys = reinterpret_cast<const uint4*>(rs.key);
+#pragma unroll 8
+    for (int q = 0; q < kRankExperts / 4; ++q) {
+      const uint4 v = keys[q];
+      const int j = 4 * q;
+      rank += (v.x > mine) + (v.x == mine && j < t) + (v.y > mine) + (v.y == mine && j + 1 < t) +
+              (v.z > mine) + (v.z == mine && j + 2 < t) + (v.w > mine) + (v.w == mine && j + 3 < t);
+    }
+    if (rank < k) {
+      rs.chosen_key[rank] = mine;
+      rs.chosen[rank] = t;
+    }
+  }
+  __syncthreads();
+  if (t < k) {
+    float ws = 0.0f;
+    for (int j = 0; j < k; ++j) ws += __uint_as_float(rs.chosen_key[j] - 1u);
+    const int e = rs.chosen[t];
+    const float msc = sc ? rs.sc[e] : scale ? scale[e] : 1.0f;
+    o[2 * t] = __uint_as_float(rs.chosen_key[t] - 1u) / ws * msc;
+    o[2 * t + 1] = static_cast<float>(e);
   }
 }
 
@@ -178,6 +188,7 @@ __device__ __forceinline__ void router_block(const RouterArgs& a, int e) {
   unsigned* counter = a.counter;
   const bool scale_early = a.scale_early;
   __shared__ float p[kMaxExperts];
+  __shared__ RankScratch rs;
   __shared__ bool last;
   const mb_u8* row = w.data + static_cast<size_t>(e) * w.row_bytes;
   // The row's first kRouterVec float4s a thread (all of it for K <= 4096) are loaded into
@@ -220,10 +231,8 @@ __device__ __forceinline__ void router_block(const RouterArgs& a, int e) {
   }
   __syncthreads();
   if (!last) return;
-  if (threadIdx.x < 32) {
-    if (reg_route) route_row_reg<4>(logits, scale, E, k, out, sc_early ? sc : nullptr);
-    else route_row(logits, scale, E, k, out, p);
-  }
+  if (reg_route) route_rank(logits, scale, E, k, out, rs, sc_early ? sc : nullptr);
+  else if (threadIdx.x < 32) route_row(logits, scale, E, k, out, p);
   if (threadIdx.x == 0) *counter = 0;
 }
 
@@ -235,32 +244,61 @@ __global__ void __launch_bounds__(kRouterThreads) router_kernel(RouterArgs a) {
 
 // Decode, one token: the row chain before a MoE router (the post-attention norm, the residual
 // add, the feed-forward input norms) and the router itself, in one launch, side by side instead of
-// one after the other. Block 0 runs the chain (row_chain.cuh), writing its rows. Every other block
-// replays in its shared memory, writing nothing, the chain's ops up to the one that writes the
-// router's input (slot rn_slot), then computes kRouterGroups experts' logits, kRouterThreads
-// threads each, in router_block's order (the same bits); the last router block to finish routes.
-// So the router's step leaves the layer's critical path: it no longer waits for the chain's launch
-// to end, nor the experts for the router's. Block 0 rewrites rows that the router blocks copy in
-// (the residual), so it holds its first store until every router block has counted its copies done
-// (*copied, which it then resets). All blocks fit on the GPU at once, and block 0 is the only one
-// that waits, for blocks that wait for nothing. Every block runs the same chain code (one call
-// site: the compact loop, ~18 KB), since the sixteenth session's form, the unrolled chain and an
-// unrolled replay of it in one kernel of 147 KB, ran its chain block at 13 us against 5.7 alone.
+// one after the other. Block 0 runs the chain p (row_chain.cuh), writing its rows. Every other
+// block replays in its shared memory, writing nothing, rp: the chain's ops that the router's input
+// depends on (chain_replay_plan; rn_slot: its slot in rp), then computes kRouterGroups experts'
+// logits, kRouterThreads threads each, in router_block's order (the same bits); the last router
+// block to finish routes. So the router's step leaves the layer's critical path: it no longer
+// waits for the chain's launch to end, nor the experts for the router's. Block 0 rewrites rows
+// that the router blocks copy in (the residual): it stores those (p.held) last, once every router
+// block has counted its copies done (*copied, which it then resets), so that the wait for router
+// blocks that started late (they need SMs the kernel before still holds) overlaps its chain instead
+// of delaying it (it held its first store until then: 3 us of the 26B-A4B's chain block, chain
+// probe, twentieth session). All blocks fit on the GPU at once, and block 0 is the only one that
+// waits, for blocks that wait for nothing. Each kind of block runs the compact chain loop (~18 KB
+// of instructions): the sixteenth session's form, the unrolled chain and an unrolled replay of it
+// in one kernel of 147 KB, ran its chain block at 13 us against 5.7 alone.
 constexpr int kRouterGroups = kChainThreads / kRouterThreads;
 
-// WARM: the plan's parameter lines are touched before the wait (common.cuh's warm_params).
-template <int TYPE, bool WARM>
+// WARM: the plans' parameter lines are touched before the wait (common.cuh's warm_params).
+// PROBE: row_chain.cuh's chain probe (block 0 and the last router block).
+template <int TYPE, bool WARM, bool PROBE = false>
 __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __grid_constant__ ChainPlan p,
-                                                                     int replay_ops, int rn_slot, RouterArgs r,
-                                                                     unsigned* copied) {
-  extern __shared__ float4 sm[];  // p.slots rows of p.n4 float4s
+                                                                     const __grid_constant__ ChainPlan rp,
+                                                                     int rn_slot, RouterArgs r, unsigned* copied) {
+  extern __shared__ float4 sm[];  // p.slots rows of p.n4 float4s (rp has fewer)
   __shared__ float p_route[kMaxExperts];
+  __shared__ RankScratch rs;
   __shared__ float part[kChainWarps];
   __shared__ float lg[kRouterGroups];
   __shared__ bool last;
+  ChainProbe<PROBE> probe;
+  probe.start();
   pdl_trigger();
   const bool chain_block = blockIdx.x == 0;
   const unsigned routers = gridDim.x - 1;
+  auto after_op = [&](int i) { probe.stamp(kStageOp0 + i); };
+  if (chain_block) {
+    if constexpr (WARM) warm_params(&p, sizeof(p));
+    chain_load(p, sm, true);
+    probe.stamp(kStagePreWait);
+    pdl_wait();
+    probe.stamp(kStageWaited);
+    chain_load(p, sm, false);
+    cp_async_wait<0>();
+    probe.stamp(kStageLoaded);
+    run_chain<true>(p, sm, p.c.count, true, after_op);
+    if (threadIdx.x == 0) {
+      while (ld_acquire(copied) < routers) {
+      }
+      *copied = 0;
+    }
+    __syncthreads();
+    probe.stamp(kStageHeld);
+    chain_store_held(p, sm);
+    probe.commit(kProbeRouterChain, p.c.count);
+    return;
+  }
   const int grp = threadIdx.x / kRouterThreads, gt = threadIdx.x % kRouterThreads, lane = threadIdx.x & 31;
   const int e0 = (static_cast<int>(blockIdx.x) - 1) * kRouterGroups, e = e0 + grp;
   const WeightRef& w = r.w;
@@ -269,41 +307,32 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
   // launcher checked K <= kRouterThreads * 4 * kRouterVec) and the first warp's per-expert scales,
   // as router_block loads them.
   float4 wv[kRouterVec];
-  const bool reg_route = E <= 128 && k <= 32;
+  const bool reg_route = E <= kRankExperts && k <= 32;
   float sc[4];
-  const bool sc_early = !chain_block && r.scale_early && r.scale && reg_route && threadIdx.x < 32;
-  if (!chain_block) {
-    const mb_u8* row = w.data + static_cast<size_t>(e < E ? e : 0) * w.row_bytes;
+  const bool sc_early = r.scale_early && r.scale && reg_route && threadIdx.x < 32;
+  const mb_u8* row = w.data + static_cast<size_t>(e < E ? e : 0) * w.row_bytes;
 #pragma unroll
-    for (int c = 0; c < kRouterVec; ++c) {
-      const int i = (gt + kRouterThreads * c) * 4;
-      wv[c] = e < E && i < w.K ? w4<TYPE>(row, i, w.K) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-    if (sc_early) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) sc[i] = threadIdx.x + 32 * i < E ? r.scale[threadIdx.x + 32 * i] : 1.0f;
-    }
+  for (int c = 0; c < kRouterVec; ++c) {
+    const int i = (gt + kRouterThreads * c) * 4;
+    wv[c] = e < E && i < w.K ? w4<TYPE>(row, i, w.K) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
-  if constexpr (WARM) warm_params(&p, sizeof(p));
-  chain_load(p, sm, true);
+  if (sc_early) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sc[i] = threadIdx.x + 32 * i < E ? r.scale[threadIdx.x + 32 * i] : 1.0f;
+  }
+  if constexpr (WARM) warm_params(&rp, sizeof(rp));
+  chain_load(rp, sm, true);
+  probe.stamp(kStagePreWait);
   pdl_wait();
-  chain_load(p, sm, false);
+  probe.stamp(kStageWaited);
+  chain_load(rp, sm, false);
   cp_async_wait<0>();
-  if (!chain_block) {
-    __syncthreads();  // every thread's copies have landed: block 0 may overwrite those rows now
-    if (threadIdx.x == 0) red_add_release(copied, 1u);
-  }
-  run_chain<true>(p, sm, chain_block ? p.c.count : replay_ops, chain_block, [&] {
-    if (threadIdx.x == 0) {
-      while (ld_acquire(copied) < routers) {
-      }
-      *copied = 0;
-    }
-    __syncthreads();
-  });
-  if (chain_block) return;
+  probe.stamp(kStageLoaded);
+  __syncthreads();  // every thread's copies have landed: block 0 may overwrite those rows now
+  if (threadIdx.x == 0) red_add_release(copied, 1u);
+  run_chain<true>(rp, sm, rp.c.count, false, after_op);
   __syncthreads();  // the dot below reads other threads' float4s of the router's input
-  const float4* x = sm + rn_slot * p.n4;
+  const float4* x = sm + rn_slot * rp.n4;
   float acc = 0.0f;
 #pragma unroll
   for (int c = 0; c < kRouterVec; ++c) {
@@ -322,15 +351,17 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
   __syncthreads();
   if (threadIdx.x == 0) {
     for (int g = 0; g < kRouterGroups && e0 + g < E; ++g) r.logits[e0 + g] = lg[g];
+    probe.stamp(kStageDot);
     last = atomic_add_acq_rel(r.counter, 1u) == routers - 1;  // as router_block's counter
+    probe.stamp(kStageCounted);
   }
   __syncthreads();
   if (!last) return;
-  if (threadIdx.x < 32) {
-    if (reg_route) route_row_reg<4>(r.logits, r.scale, E, k, r.out, sc_early ? sc : nullptr);
-    else route_row(r.logits, r.scale, E, k, r.out, p_route);
-  }
+  if (reg_route) route_rank(r.logits, r.scale, E, k, r.out, rs, sc_early ? sc : nullptr);
+  else if (threadIdx.x < 32) route_row(r.logits, r.scale, E, k, r.out, p_route);
   if (threadIdx.x == 0) *r.counter = 0;
+  probe.stamp(kStageRouted);
+  probe.commit(kProbeRouterLast, rp.c.count);
 }
 
 struct HostIds {
@@ -908,14 +939,51 @@ bool chain_router_fits(const RowChain& c, const float* router_in, const WeightRe
          static_cast<size_t>(chain_plan(c, 0, c.count).slots) * (n / 4) * 16 <= kChainSmem;
 }
 
+namespace {
+// What chain_router's router blocks replay: the ops of c that the router's input depends on, in
+// order, up to its last write (the feed-forward input norm, which the router does not read, is
+// left out). Walking backwards from the router's input, an op is kept when it writes a row still
+// needed, which it then defines (its inputs are needed instead). A kept norm's sum is the same
+// bits alone as in a group. rn_slot: the router input's slot in the plan.
+ChainPlan chain_replay_plan(const RowChain& c, const float* router_in, int* rn_slot) {
+  int last = -1;
+  for (int i = 0; i < c.count; ++i)
+    if (c.op[i].out == router_in) last = i;
+  const float* need[2 * kMaxRowOps + 1] = {router_in};
+  int needed = 1;
+  bool keep[kMaxRowOps] = {};
+  for (int i = last; i >= 0; --i) {
+    const RowOp& o = c.op[i];
+    const auto it = std::find(need, need + needed, o.out);
+    if (it == need + needed) continue;
+    keep[i] = true;
+    *it = need[--needed];
+    need[needed++] = o.a;
+    if (o.kind == RowOpKind::Add) need[needed++] = o.b;
+  }
+  RowChain sub;
+  for (int i = 0; i <= last; ++i)
+    if (keep[i]) sub.op[sub.count++] = c.op[i];
+  const ChainPlan rp = chain_plan(sub, 0, sub.count);
+  *rn_slot = rp.out[sub.count - 1];
+  return rp;
+}
+}  // namespace
+
 int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, const WeightRef& w,
                  const float* expert_scale, int E, int k, float* logits, float* out, unsigned* counters) {
   if (!chain_router_fits(c, router_in, w, E)) return 0;
-  const ChainPlan p = chain_plan(c, 0, c.count);
-  int replay_ops = 0;  // the chain's ops up to the last one that writes the router's input
-  for (int i = 0; i < c.count; ++i)
-    if (c.op[i].out == router_in) replay_ops = i + 1;
-  const int rn_slot = p.out[replay_ops - 1];
+  ChainPlan p = chain_plan(c, 0, c.count);
+  int rn_slot = 0;
+  const ChainPlan rp = chain_replay_plan(c, router_in, &rn_slot);
+  // Block 0 stores last the rows that it rewrites and the router blocks copy in.
+  for (int s = 0; s < p.slots; ++s) {
+    if (!p.load[s] || p.weight[s]) continue;
+    bool written = false, copied = false;
+    for (int i = 0; i < p.c.count; ++i) written = written || p.out[i] == s;
+    for (int t = 0; t < rp.slots; ++t) copied = copied || (rp.load[t] == p.load[s] && !rp.weight[t]);
+    if (written && copied) p.held |= 1u << s;
+  }
   const size_t smem = static_cast<size_t>(p.slots) * p.n4 * 16;
   const int grid = 1 + (E + kRouterGroups - 1) / kRouterGroups;
   const RouterArgs r{w, router_in, expert_scale, E, k, logits, out, counters, router_scale_early()};
@@ -923,10 +991,15 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, cons
     static const bool setup = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(kChainSmem)) == cudaSuccess;
     (void)setup;
-    enqueue(kernel, grid, kChainThreads, smem, s, p, replay_ops, rn_slot, r, counters + 1);
+    enqueue(kernel, grid, kChainThreads, smem, s, p, rp, rn_slot, r, counters + 1);
     return 1;
   };
   // Float routers only (GGUF files keep the router in F32, Hugging Face directories in BF16).
+  if (chain_probe()) {
+    if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32, false, true>);
+    if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16, false, true>);
+    return launch(chain_router_kernel<MB_BF16, false, true>);
+  }
   if (chain_warm_params()) {
     if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32, true>);
     if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16, true>);
@@ -977,5 +1050,7 @@ int moe_experts_prefill(cudaStream_t s, const WeightRef& gu, const WeightRef& dn
 }
 
 MB_TRACE_ATTACH(trace_attach_moe)
+
+void chain_probe_report_router() { chain_probe_print("moe.cu"); }
 
 }  // namespace markbase::cuda

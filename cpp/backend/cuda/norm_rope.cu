@@ -257,24 +257,30 @@ bool rows_fit(int n, std::initializer_list<std::pair<const float*, int>> rows) {
 }
 
 // The row chain as its own launch (row_chain.cuh's run_chain). WARM: the plan's parameter lines
-// are touched before the wait (common.cuh's warm_params).
-template <bool COMPACT, bool WARM>
+// are touched before the wait (common.cuh's warm_params). PROBE: row_chain.cuh's chain probe.
+template <bool COMPACT, bool WARM, bool PROBE = false>
 __global__ void __launch_bounds__(kChainThreads) row_chain_kernel(const __grid_constant__ ChainPlan p) {
   extern __shared__ float4 sm[];  // p.slots rows of p.n4 float4s
+  ChainProbe<PROBE> probe;
+  probe.start();
   pdl_trigger();
   if constexpr (WARM) warm_params(&p, sizeof(p));
   chain_load(p, sm, true);
+  probe.stamp(kStagePreWait);
   pdl_wait();
+  probe.stamp(kStageWaited);
   chain_load(p, sm, false);
   cp_async_wait<0>();
-  run_chain<COMPACT>(p, sm, p.c.count, true, [] {});
+  probe.stamp(kStageLoaded);
+  run_chain<COMPACT>(p, sm, p.c.count, true, [&](int i) { probe.stamp(kStageOp0 + i); });
+  probe.commit(kProbeRowChain, p.c.count);
 }
 
 }  // namespace
 
 void row_chain_setup() {
   for (auto k : {row_chain_kernel<true, false>, row_chain_kernel<false, false>, row_chain_kernel<true, true>,
-                 row_chain_kernel<false, true>})
+                 row_chain_kernel<false, true>, row_chain_kernel<true, false, true>})
     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kChainSmem));
 }
 
@@ -288,8 +294,9 @@ int row_chain(cudaStream_t s, const RowChain& c) {
            static_cast<size_t>(chain_plan(c, first, count + 1).slots) * (c.op[first].n / 4) * 16 <= kChainSmem)
       ++count;
     const ChainPlan p = chain_plan(c, first, count);
-    const auto kernel = chain_warm_params() ? (compact ? row_chain_kernel<true, true> : row_chain_kernel<false, true>)
-                                            : (compact ? row_chain_kernel<true, false> : row_chain_kernel<false, false>);
+    const auto kernel = chain_probe()         ? row_chain_kernel<true, false, true>
+                        : chain_warm_params() ? (compact ? row_chain_kernel<true, true> : row_chain_kernel<false, true>)
+                                              : (compact ? row_chain_kernel<true, false> : row_chain_kernel<false, false>);
     enqueue(kernel, 1, kChainThreads, static_cast<size_t>(p.slots) * p.n4 * 16, s, p);
     ++launches;
     first += count;
@@ -377,5 +384,7 @@ int rope(cudaStream_t s, const float* a, int as, const float* inv, const StepBuf
 }
 
 MB_TRACE_ATTACH(trace_attach_norm_rope)
+
+void chain_probe_report_rows() { chain_probe_print("norm_rope.cu"); }
 
 }  // namespace markbase::cuda

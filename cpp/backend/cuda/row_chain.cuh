@@ -3,6 +3,8 @@
 // (norm_rope.cu) can run a chain too: moe.cu's chain_router_kernel runs the chain before a MoE
 // router in its block 0, and its router blocks replay the part of it that the router's input needs.
 #pragma once
+#include <cstdio>
+
 #include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/q8.cuh"
 
@@ -37,7 +39,9 @@ struct ChainPlan {
   unsigned char a[kMaxRowOps], b[kMaxRowOps], out[kMaxRowOps];  // slots; b: Add's b or Norm's w
   unsigned char has_b[kMaxRowOps];
   unsigned char group[kMaxRowOps];   // Norm: the norms from this one whose sums it reduces (0: done earlier)
+  unsigned held;                     // bit s: slot s's row is stored only at the end (chain_store_held)
 };
+static_assert(kChainSlots <= 32, "ChainPlan::held is a 32-bit mask");
 
 // Copies the plan's initial rows into the slots: the norm weights (weights == true, before the PDL
 // wait) or the others; one commit group each.
@@ -57,18 +61,18 @@ __device__ __forceinline__ void chain_load(const ChainPlan& p, float4* sm, bool 
 
 // Runs the plan's first `count` ops in order on the block's slots (their initial rows copied in
 // and waited for by every thread). write: each op also stores its output row (and its quantized
-// copy) to global memory, and before_store() runs once, by every thread, before the first store
-// (chain_router_kernel holds its stores there until its router blocks have copied the rows the
-// chain rewrites); false: a replay that only updates the slots.
+// copy) to global memory, except rows of p.held's slots, whose final value chain_store_held
+// stores later (chain_router_kernel: rows its router blocks copy in, stored once they have);
+// false: a replay that only updates the slots.
 // COMPACT (the default): one copy of the op's code in a loop, the plan indexed at run time, instead
 // of the loop unrolled over kMaxRowOps ops with constant indices (66 KB of instructions against
 // 18 KB). The chain is one block, which fetches its instructions cold on every launch: decode on
 // the H200 went +2.8 % (26B-A4B), +3.4 % (its dense equivalent) and +3.5 % (E4B) on the 6-layer
 // files (bench/RESULTS.md, seventeenth session). The same arithmetic either way; the unrolled
 // form stays for A/B: MARKBASE_CUDA_CHAIN_COMPACT=0.
-template <bool COMPACT, typename BeforeStore>
-__device__ __forceinline__ void run_chain(const ChainPlan& p, float4* sm, int count, bool write,
-                                          BeforeStore before_store) {
+// after_op(i) runs after op i (the chain probe's stamps; a no-op elsewhere).
+template <bool COMPACT, typename AfterOp>
+__device__ __forceinline__ void run_chain(const ChainPlan& p, float4* sm, int count, bool write, AfterOp after_op) {
   __shared__ float part[2][kNormGroup][kChainWarps];
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   int norms = 0;
@@ -136,17 +140,18 @@ __device__ __forceinline__ void run_chain(const ChainPlan& p, float4* sm, int co
       for (int c = 0; c < kChainVec; ++c)
         v[c] = make_float4(v[c].x * o.f, v[c].y * o.f, v[c].z * o.f, v[c].w * o.f);
     }
-    if (write && i == 0) before_store();
     float4* out = reinterpret_cast<float4*>(o.out);
+    const bool store = write && !((p.held >> p.out[i]) & 1u);
 #pragma unroll
     for (int c = 0; c < kChainVec; ++c) {
       const int j = t + kChainThreads * c;
       if (j < p.n4) {
         Y[j] = v[c];
-        if (write) out[j] = v[c];
+        if (store) out[j] = v[c];
       }
     }
     if (write && o.q8.q) quantize_float4s<kChainThreads>(v, o.q8, p.n4);
+    after_op(i);
   };
   if constexpr (COMPACT) {
 #pragma unroll 1
@@ -160,12 +165,99 @@ __device__ __forceinline__ void run_chain(const ChainPlan& p, float4* sm, int co
   }
 }
 
+// Stores the final value of each held slot's row (a row the chain reads first, so p.load[s]).
+__device__ __forceinline__ void chain_store_held(const ChainPlan& p, const float4* sm) {
+  for (unsigned h = p.held; h; h &= h - 1) {
+    const int s = __ffs(h) - 1;
+    float4* out = reinterpret_cast<float4*>(const_cast<float*>(p.load[s]));
+#pragma unroll
+    for (int c = 0; c < kChainVec; ++c) {
+      const int j = threadIdx.x + kChainThreads * c;
+      if (j < p.n4) out[j] = sm[s * p.n4 + j];
+    }
+  }
+}
+
 // MARKBASE_CUDA_WARM_PARAMS=1: the chain kernels' WARM instances, which touch their plan (a
 // kernel parameter the compact loop reads by op index after the wait) before the wait. Off until
 // measured (bench/RESULTS.md, nineteenth session).
 inline bool chain_warm_params() {
   static const bool on = env_flag("MARKBASE_CUDA_WARM_PARAMS", false);
   return on;
+}
+
+// --- MARKBASE_CUDA_CHAIN_PROBE=1 (diagnostic): the chain kernels' PROBE instances add up, per
+// kind of block and chain length, thread 0's SM cycles from its block's start to each stage, so
+// that a chain's time on the critical path (the trace's) can be split into its parts. Each
+// translation unit has its own table (no relocatable device code); chain_probe_report prints it.
+enum ChainProbeKind { kProbeRowChain, kProbeRouterChain, kProbeRouterLast, kProbeKinds };
+enum ChainProbeStage {
+  kStagePreWait,   // the weights' copies issued, before the PDL wait
+  kStageWaited,    // past the wait
+  kStageLoaded,    // the rows in shared memory
+  kStageOp0,       // after op i: kStageOp0 + i
+  kStageHeld = kStageOp0 + kMaxRowOps,  // chain_router's block 0: the router blocks' copies counted
+  kStageDot,       // a router block: its logits stored
+  kStageCounted,   // a router block: past its count (the last one knows it is last)
+  kStageRouted,    // the last router block: the route written
+  kStageEnd,       // the block's last instruction
+  kProbeStages
+};
+struct ChainProbeTable {
+  unsigned long long launches[kProbeKinds][kMaxRowOps + 1];
+  unsigned long long cycles[kProbeKinds][kMaxRowOps + 1][kProbeStages];
+  unsigned long long hits[kProbeKinds][kMaxRowOps + 1][kProbeStages];
+};
+static __device__ ChainProbeTable mb_chain_probe;
+// Thread 0's stamps of one block; PROBE false: nothing (the default instances' code is unchanged).
+template <bool PROBE>
+struct ChainProbe {
+  long long t0 = 0, t[kProbeStages] = {};
+  __device__ __forceinline__ void start() {
+    if constexpr (PROBE) t0 = clock64();
+  }
+  __device__ __forceinline__ void stamp(int stage) {
+    if constexpr (PROBE) {
+      if (threadIdx.x == 0) t[stage] = clock64() - t0;
+    }
+  }
+  // Adds the stamps taken to the table's row (kind, ops).
+  __device__ __forceinline__ void commit(int kind, int ops) {
+    if constexpr (PROBE) {
+      if (threadIdx.x != 0) return;
+      t[kStageEnd] = clock64() - t0;
+      atomicAdd(&mb_chain_probe.launches[kind][ops], 1ull);
+      for (int s = 0; s < kProbeStages; ++s)
+        if (t[s] > 0) {
+          atomicAdd(&mb_chain_probe.cycles[kind][ops][s], static_cast<unsigned long long>(t[s]));
+          atomicAdd(&mb_chain_probe.hits[kind][ops][s], 1ull);
+        }
+    }
+  }
+};
+inline bool chain_probe() {
+  static const bool on = env_flag("MARKBASE_CUDA_CHAIN_PROBE", false);
+  return on;
+}
+// Prints this translation unit's table (to stderr; tag names the unit's kernels). static: each
+// unit's own copy reads its own table (an inline function would be merged into one by the linker).
+static void chain_probe_print(const char* tag) {
+  ChainProbeTable h{};
+  if (cudaMemcpyFromSymbol(&h, mb_chain_probe, sizeof(h)) != cudaSuccess) return;
+  static const char* kinds[] = {"row_chain", "chain_router block 0", "chain_router last router block"};
+  static const char* stages[] = {"pre-wait", "waited", "loaded", "op0", "op1", "op2", "op3", "op4", "op5", "op6",
+                                 "op7", "held", "dot", "counted", "routed", "end"};
+  static_assert(sizeof(stages) / sizeof(stages[0]) == kProbeStages, "stage names");
+  for (int k = 0; k < kProbeKinds; ++k)
+    for (int n = 0; n <= kMaxRowOps; ++n) {
+      if (!h.launches[k][n]) continue;
+      std::fprintf(stderr, "[cuda chain probe] %s: %s, %d ops, %llu launches; mean SM cycles from the block's start:",
+                   tag, kinds[k], n, h.launches[k][n]);
+      for (int s = 0; s < kProbeStages; ++s)
+        if (h.hits[k][n][s])
+          std::fprintf(stderr, " %s %.0f", stages[s], static_cast<double>(h.cycles[k][n][s]) / h.hits[k][n][s]);
+      std::fprintf(stderr, "\n");
+    }
 }
 
 // The plan of ops first .. first + count - 1 of c.

@@ -432,9 +432,8 @@ def test_row_chain_compact_bit_identical(need_cuda, tmp_path, preset):
 def test_chain_router_bit_identical(need_cuda, tmp_path, qtype, narrow, mix):
     """Default-mode decode of a Gemma 4 MoE layer runs its router beside the row chain before it,
     in one launch (chain_router, moe.cu: block 0 runs the chain, the router blocks replay the
-    ops the router's input depends on, route_rank routes), and the dense MLP's gate/up in the
-    experts' gate/up launch
-    (moe_ffn_decode_routed), with every part's arithmetic unchanged: the logits and tokens must be
+    ops the router's input depends on), and the dense MLP's gate/up in the experts' gate/up
+    launch (moe_ffn_decode_routed), with every part's arithmetic unchanged: the logits and tokens must be
     bit-identical to the router's own launch after the chain (MARKBASE_CUDA_CHAIN_ROUTER=0), with
     one kernel a MoE layer fewer, and with the dense blocks last in the gate/up launch instead of
     first (MARKBASE_CUDA_DENSE_GU_FIRST=0). The full width (K = 2816: 3 warps a block both for the

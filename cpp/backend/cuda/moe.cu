@@ -19,7 +19,6 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kMaxHostIds = 64;
-constexpr int kRankExperts = 128;  // route_rank's most experts
 
 // Routing of one token by one warp: softmax of the logits l, k rounds of arg-max, the chosen
 // weights renormalised and scaled per expert; p[] (E floats of shared memory) holds the
@@ -67,79 +66,70 @@ __device__ void route_row(const float* l, const float* scale, int E, int k, floa
   }
 }
 
-// route_row for E <= 128 experts and k <= 32, by a whole block of at least E threads (every
-// thread calls it): the same softmax arithmetic in the same order by the first warp (lane l holds
-// experts l + 32 i), then the top-k by rank instead of k rounds of arg-max: thread e counts the
-// experts that beat its own (a larger probability, or the same and a lower id: the CPU's order),
-// and a rank below k is choice number rank. The k rounds of warp reductions took ~2 us on the H200
-// (about half of the routing block's time after its count, chain probe, twentieth session); the
-// ranks are one pass over 128 keys in shared memory by all experts at once. The same choices in
-// the same order, so the same bits: the chosen weights are renormalised by their sum taken in
-// choice order. Keys are the probabilities' bits plus one (order-preserving for p >= 0). sc
-// (optional): the per-expert scales, held like the probabilities by the first warp, loaded by
-// the caller before its wait: no dependent load after the top-k.
-struct RankScratch {
-  unsigned key[kRankExperts];
-  float sc[kRankExperts];
-  unsigned chosen_key[32];
-  int chosen[32];
-};
-
-__device__ void route_rank(const float* l, const float* scale, int E, int k, float* o, RankScratch& rs,
-                           const float* sc = nullptr) {
-  constexpr int PER = kRankExperts / 32;
-  const int t = threadIdx.x, lane = t & 31;
-  if (t < 32) {
-    float p[PER];
-    float mx = -INFINITY;
+// route_row for E <= 32 * PER experts, the probabilities in registers (lane l holds experts
+// l + 32 i): the same softmax arithmetic in the same order, and each round's arg-max by two warp
+// reductions (redux.sync: the largest key, then the lowest expert id holding it) instead of a
+// shuffle butterfly of value and id over shared memory. Keys are the probabilities' bits plus one
+// (order-preserving for p >= 0), 0 for taken experts. Each lane j < k keeps choice j, and writes
+// it once at the end. sc (optional): the per-expert scales, held like p (lane l: experts l + 32 i),
+// loaded by the caller before its wait; lane j then takes its expert's scale by shuffles instead
+// of a dependent load after the top-k.
+template <int PER>
+__device__ void route_row_reg(const float* l, const float* scale, int E, int k, float* o,
+                              const float* sc = nullptr) {
+  const int lane = threadIdx.x & 31;
+  float p[PER];
+  float mx = -INFINITY;
 #pragma unroll
-    for (int i = 0; i < PER; ++i) {
-      const int e = lane + 32 * i;
-      p[i] = e < E ? __ldcg(l + e) : -INFINITY;
-      mx = fmaxf(mx, p[i]);
-    }
-    mx = warp_max(mx);
-    float sum = 0.0f;
+  for (int i = 0; i < PER; ++i) {
+    const int e = lane + 32 * i;
+    p[i] = e < E ? __ldcg(l + e) : -INFINITY;
+    mx = fmaxf(mx, p[i]);
+  }
+  mx = warp_max(mx);
+  float sum = 0.0f;
 #pragma unroll
-    for (int i = 0; i < PER; ++i) {
-      if (lane + 32 * i < E) {
-        p[i] = expf(p[i] - mx);
-        sum += p[i];
-      }
-    }
-    sum = warp_sum(sum);
-#pragma unroll
-    for (int i = 0; i < PER; ++i) {
-      const int e = lane + 32 * i;
-      rs.key[e] = e < E ? __float_as_uint(p[i] / sum) + 1u : 0u;  // 0: no expert, beaten by all
-      if (sc) rs.sc[e] = sc[i];
+  for (int i = 0; i < PER; ++i) {
+    if (lane + 32 * i < E) {
+      p[i] = expf(p[i] - mx);
+      sum += p[i];
     }
   }
-  __syncthreads();
-  if (t < E) {
-    const unsigned mine = rs.key[t];
-    int rank = 0;
-    const uint4* keys = reinterpret_cast<const uint4*>(rs.key);
-#pragma unroll 8
-    for (int q = 0; q < kRankExperts / 4; ++q) {
-      const uint4 v = keys[q];
-      const int j = 4 * q;
-      rank += (v.x > mine) + (v.x == mine && j < t) + (v.y > mine) + (v.y == mine && j + 1 < t) +
-              (v.z > mine) + (v.z == mine && j + 2 < t) + (v.w > mine) + (v.w == mine && j + 3 < t);
-    }
-    if (rank < k) {
-      rs.chosen_key[rank] = mine;
-      rs.chosen[rank] = t;
+  sum = warp_sum(sum);
+  unsigned key[PER];
+#pragma unroll
+  for (int i = 0; i < PER; ++i) key[i] = lane + 32 * i < E ? __float_as_uint(p[i] / sum) + 1u : 0u;
+  float ws = 0.0f, mine = 0.0f;
+  int mine_e = 0;
+  for (int j = 0; j < k; ++j) {
+    unsigned best = 0u, bi = 0xFFFFFFFFu;
+#pragma unroll
+    for (int i = 0; i < PER; ++i)
+      if (key[i] > best) { best = key[i]; bi = lane + 32 * i; }  // ascending ids: ties keep the lowest
+    const unsigned m = __reduce_max_sync(0xffffffffu, best);
+    const unsigned e = __reduce_min_sync(0xffffffffu, best == m ? bi : 0xFFFFFFFFu);
+    const float v = __uint_as_float(m - 1u);
+    ws += v;
+    if (lane == j) { mine = v; mine_e = static_cast<int>(e); }
+    if ((e & 31) == static_cast<unsigned>(lane)) {
+#pragma unroll
+      for (int i = 0; i < PER; ++i)
+        if (static_cast<unsigned>(i) == e >> 5) key[i] = 0u;  // taken
     }
   }
-  __syncthreads();
-  if (t < k) {
-    float ws = 0.0f;
-    for (int j = 0; j < k; ++j) ws += __uint_as_float(rs.chosen_key[j] - 1u);
-    const int e = rs.chosen[t];
-    const float msc = sc ? rs.sc[e] : scale ? scale[e] : 1.0f;
-    o[2 * t] = __uint_as_float(rs.chosen_key[t] - 1u) / ws * msc;
-    o[2 * t + 1] = static_cast<float>(e);
+  float mine_sc = 1.0f;
+  if (sc) {  // every lane takes part in the shuffles; lane j keeps its expert's scale
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const float v = __shfl_sync(0xffffffffu, sc[i], mine_e & 31);
+      if (i == mine_e >> 5) mine_sc = v;
+    }
+  } else if (scale && lane < k) {
+    mine_sc = scale[mine_e];
+  }
+  if (lane < k) {
+    o[2 * lane] = mine / ws * mine_sc;
+    o[2 * lane + 1] = static_cast<float>(mine_e);
   }
 }
 
@@ -188,7 +178,6 @@ __device__ __forceinline__ void router_block(const RouterArgs& a, int e) {
   unsigned* counter = a.counter;
   const bool scale_early = a.scale_early;
   __shared__ float p[kMaxExperts];
-  __shared__ RankScratch rs;
   __shared__ bool last;
   const mb_u8* row = w.data + static_cast<size_t>(e) * w.row_bytes;
   // The row's first kRouterVec float4s a thread (all of it for K <= 4096) are loaded into
@@ -231,8 +220,10 @@ __device__ __forceinline__ void router_block(const RouterArgs& a, int e) {
   }
   __syncthreads();
   if (!last) return;
-  if (reg_route) route_rank(logits, scale, E, k, out, rs, sc_early ? sc : nullptr);
-  else if (threadIdx.x < 32) route_row(logits, scale, E, k, out, p);
+  if (threadIdx.x < 32) {
+    if (reg_route) route_row_reg<4>(logits, scale, E, k, out, sc_early ? sc : nullptr);
+    else route_row(logits, scale, E, k, out, p);
+  }
   if (threadIdx.x == 0) *counter = 0;
 }
 
@@ -268,7 +259,6 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
                                                                      int rn_slot, RouterArgs r, unsigned* copied) {
   extern __shared__ float4 sm[];  // p.slots rows of p.n4 float4s (rp has fewer)
   __shared__ float p_route[kMaxExperts];
-  __shared__ RankScratch rs;
   __shared__ float part[kChainWarps];
   __shared__ float lg[kRouterGroups];
   __shared__ bool last;
@@ -307,7 +297,7 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
   // launcher checked K <= kRouterThreads * 4 * kRouterVec) and the first warp's per-expert scales,
   // as router_block loads them.
   float4 wv[kRouterVec];
-  const bool reg_route = E <= kRankExperts && k <= 32;
+  const bool reg_route = E <= 128 && k <= 32;
   float sc[4];
   const bool sc_early = r.scale_early && r.scale && reg_route && threadIdx.x < 32;
   const mb_u8* row = w.data + static_cast<size_t>(e < E ? e : 0) * w.row_bytes;
@@ -357,8 +347,10 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
   }
   __syncthreads();
   if (!last) return;
-  if (reg_route) route_rank(r.logits, r.scale, E, k, r.out, rs, sc_early ? sc : nullptr);
-  else if (threadIdx.x < 32) route_row(r.logits, r.scale, E, k, r.out, p_route);
+  if (threadIdx.x < 32) {
+    if (reg_route) route_row_reg<4>(r.logits, r.scale, E, k, r.out, sc_early ? sc : nullptr);
+    else route_row(r.logits, r.scale, E, k, r.out, p_route);
+  }
   if (threadIdx.x == 0) *r.counter = 0;
   probe.stamp(kStageRouted);
   probe.commit(kProbeRouterLast, rp.c.count);

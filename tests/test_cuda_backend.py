@@ -452,24 +452,18 @@ def test_chain_router_bit_identical(need_cuda, tmp_path, qtype, narrow, mix):
 
 
 @pytest.mark.parametrize("qtype", ["q4_0", "q8_0"])
-def test_chain_instances_bit_identical(need_cuda, tmp_path, qtype):
-    """The row chain kernels' other instances change when or how their work is observed, not what
-    is computed: MARKBASE_CUDA_WARM_PARAMS=1 touches the plan (a kernel parameter) before the
-    programmatic wait, MARKBASE_CUDA_CHAIN_PROBE=1 stamps each stage's SM cycles (row_chain.cuh).
-    The logits bit for bit and the tokens of the defaults, as many kernels a token: two 26B-A4B
-    layers (chains alone and the chain+router launch) and two E2B layers (per-layer embeddings:
-    their chains too)."""
+def test_chain_probe_bit_identical(need_cuda, tmp_path, qtype):
+    """MARKBASE_CUDA_CHAIN_PROBE=1 runs the row chain kernels' probe instances, which stamp each
+    stage's SM cycles (row_chain.cuh): it observes the work, it does not change it. The logits bit
+    for bit and the tokens of the defaults, as many kernels a token: two 26B-A4B layers (chains
+    alone and the chain+router launch) and two E2B layers (per-layer embeddings: their chains
+    too)."""
     for preset in ("26b-a4b", "e2b"):
         path, summary, rng = _synthetic(tmp_path, f"{preset}-warm-{qtype}", preset=preset, layers=2, vocab=4096,
                                         qtype=qtype)
         ids = _ids(summary, 12, rng)
-        on = _decode_fingerprint(path, ids, {})
-        others = {s: _decode_fingerprint(path, ids, {s: "1"}) for s in ("MARKBASE_CUDA_WARM_PARAMS",
-                                                                         "MARKBASE_CUDA_CHAIN_PROBE")}
-        path.unlink(missing_ok=True)
-        assert on["finite"]
-        for switch, other in others.items():
-            assert (other["sha"], other["tokens"], other["kernels"]) == (on["sha"], on["tokens"], on["kernels"]), switch
+        on, probed = _fingerprints_match(path, ids, {"MARKBASE_CUDA_CHAIN_PROBE": "1"})
+        assert on["kernels"] == probed["kernels"]
 
 
 @pytest.mark.parametrize("experts,top_k", [(6, 3), (40, 5)])

@@ -95,7 +95,7 @@ if has kern; then  # decode per op, timed inside the CUDA graph (6-layer 26B-A4B
   done
   # EF_BUILD=1: a second build whose decode products read their weights as L2 evict_first (the
   # CMake option MARKBASE_CUDA_WEIGHTS_EVICT_FIRST, off by default): its logits against the default
-  # build's (the same bits expected), its decode alone and with MARKBASE_CUDA_WARM_PARAMS=1, its trace.
+  # build's (the same bits expected), its decode speed, its trace.
   BENCH_EF=""
   if [ "${EF_BUILD:-0}" = 1 ]; then
     log "building markbase (CUDA, weights evict_first)"
@@ -112,10 +112,8 @@ l = np.asarray(m.logits(ids))
 print('logits of', markbase.__file__, hashlib.sha256(l.tobytes()).hexdigest(), list(m.generate_tokens(ids, max_tokens=4, temperature=0.0)))" 2>&1 | tail -1 | tee -a "$OUT/run.log"
     done
     if [ -n "$BENCH_EF" ]; then
-      for v in "" MARKBASE_CUDA_WARM_PARAMS=1; do
-        env $v "$BENCH_EF" --model $M/g4-26b-6L.gguf --backend cuda --prompt-tokens 512 --gen-tokens 128 \
-          --repeats 3 --json 2>/dev/null | sed "s/^{/{\"name\": \"6L_evict_first_build${v:+,$v}\", /" | tee -a "$OUT/kern_bench.jsonl"
-      done
+      "$BENCH_EF" --model $M/g4-26b-6L.gguf --backend cuda --prompt-tokens 512 --gen-tokens 128 \
+        --repeats 3 --json 2>/dev/null | sed "s/^{/{\"name\": \"6L_evict_first_build\", /" | tee -a "$OUT/kern_bench.jsonl"
     fi
   fi
   kill $CLK 2>/dev/null

@@ -106,21 +106,6 @@ __device__ __forceinline__ void prefetch_weights_l2(const void* p, size_t n) {
   prefetch_l2(p, n);
 }
 
-// --- Kernel parameters. They are constants read through the SM's constant cache from a buffer
-// in device memory; in a CUDA graph that buffer is the same each replay, and read once a token it
-// is likely out of L2 by the next (the weights stream through it in between). A kernel that reads
-// its parameters by index after its programmatic wait (the compact row chain: one op's fields a
-// step) may pay a miss a step. Touching each 32 bytes of them before the wait brings them in while
-// the kernel before still runs. p: the address of a __grid_constant__ parameter. Used by the row
-// chain kernels' WARM instances (MARKBASE_CUDA_WARM_PARAMS=1; off until measured).
-__device__ __forceinline__ void warm_params(const void* p, int bytes) {
-  __shared__ volatile unsigned warm_sink;
-  const char* c = static_cast<const char*>(p);
-  unsigned x = 0;
-  for (int o = threadIdx.x * 32; o < bytes; o += blockDim.x * 32) x ^= *reinterpret_cast<const unsigned*>(c + o);
-  if (x == 0x9e3779b9u) warm_sink = x;  // never in practice: keeps the reads
-}
-
 // *p += v, returning the old value, with release and acquire semantics at device scope: the
 // "last block done" counters (the writes before it are visible to the block that sees the final
 // count, and that block sees theirs). Lighter than __threadfence() (a sequentially consistent

@@ -251,9 +251,8 @@ __global__ void __launch_bounds__(kRouterThreads) router_kernel(RouterArgs a) {
 // in one kernel of 147 KB, ran its chain block at 13 us against 5.7 alone.
 constexpr int kRouterGroups = kChainThreads / kRouterThreads;
 
-// WARM: the plans' parameter lines are touched before the wait (common.cuh's warm_params).
 // PROBE: row_chain.cuh's chain probe (block 0 and the last router block).
-template <int TYPE, bool WARM, bool PROBE = false>
+template <int TYPE, bool PROBE = false>
 __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __grid_constant__ ChainPlan p,
                                                                      const __grid_constant__ ChainPlan rp,
                                                                      int rn_slot, RouterArgs r, unsigned* copied) {
@@ -269,7 +268,6 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
   const unsigned routers = gridDim.x - 1;
   auto after_op = [&](int i) { probe.stamp(kStageOp0 + i); };
   if (chain_block) {
-    if constexpr (WARM) warm_params(&p, sizeof(p));
     chain_load(p, sm, true);
     probe.stamp(kStagePreWait);
     pdl_wait();
@@ -310,7 +308,6 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
 #pragma unroll
     for (int i = 0; i < 4; ++i) sc[i] = threadIdx.x + 32 * i < E ? r.scale[threadIdx.x + 32 * i] : 1.0f;
   }
-  if constexpr (WARM) warm_params(&rp, sizeof(rp));
   chain_load(rp, sm, true);
   probe.stamp(kStagePreWait);
   pdl_wait();
@@ -988,18 +985,13 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, cons
   };
   // Float routers only (GGUF files keep the router in F32, Hugging Face directories in BF16).
   if (chain_probe()) {
-    if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32, false, true>);
-    if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16, false, true>);
-    return launch(chain_router_kernel<MB_BF16, false, true>);
-  }
-  if (chain_warm_params()) {
     if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32, true>);
     if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16, true>);
     return launch(chain_router_kernel<MB_BF16, true>);
   }
-  if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32, false>);
-  if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16, false>);
-  return launch(chain_router_kernel<MB_BF16, false>);
+  if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32>);
+  if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16>);
+  return launch(chain_router_kernel<MB_BF16>);
 }
 
 int moe_router(cudaStream_t s, const WeightRef& w, const float* x, const float* scale, int E, int k,

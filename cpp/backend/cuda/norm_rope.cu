@@ -256,15 +256,13 @@ bool rows_fit(int n, std::initializer_list<std::pair<const float*, int>> rows) {
   return n % 4 == 0 && n <= kChainMaxN && float4_rows(rows);
 }
 
-// The row chain as its own launch (row_chain.cuh's run_chain). WARM: the plan's parameter lines
-// are touched before the wait (common.cuh's warm_params). PROBE: row_chain.cuh's chain probe.
-template <bool COMPACT, bool WARM, bool PROBE = false>
+// The row chain as its own launch (row_chain.cuh's run_chain). PROBE: row_chain.cuh's chain probe.
+template <bool COMPACT, bool PROBE = false>
 __global__ void __launch_bounds__(kChainThreads) row_chain_kernel(const __grid_constant__ ChainPlan p) {
   extern __shared__ float4 sm[];  // p.slots rows of p.n4 float4s
   ChainProbe<PROBE> probe;
   probe.start();
   pdl_trigger();
-  if constexpr (WARM) warm_params(&p, sizeof(p));
   chain_load(p, sm, true);
   probe.stamp(kStagePreWait);
   pdl_wait();
@@ -279,8 +277,7 @@ __global__ void __launch_bounds__(kChainThreads) row_chain_kernel(const __grid_c
 }  // namespace
 
 void row_chain_setup() {
-  for (auto k : {row_chain_kernel<true, false>, row_chain_kernel<false, false>, row_chain_kernel<true, true>,
-                 row_chain_kernel<false, true>, row_chain_kernel<true, false, true>})
+  for (auto k : {row_chain_kernel<true>, row_chain_kernel<false>, row_chain_kernel<true, true>})
     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kChainSmem));
 }
 
@@ -294,9 +291,9 @@ int row_chain(cudaStream_t s, const RowChain& c) {
            static_cast<size_t>(chain_plan(c, first, count + 1).slots) * (c.op[first].n / 4) * 16 <= kChainSmem)
       ++count;
     const ChainPlan p = chain_plan(c, first, count);
-    const auto kernel = chain_probe()         ? row_chain_kernel<true, false, true>
-                        : chain_warm_params() ? (compact ? row_chain_kernel<true, true> : row_chain_kernel<false, true>)
-                                              : (compact ? row_chain_kernel<true, false> : row_chain_kernel<false, false>);
+    const auto kernel = chain_probe() ? row_chain_kernel<true, true>
+                        : compact     ? row_chain_kernel<true>
+                                      : row_chain_kernel<false>;
     enqueue(kernel, 1, kChainThreads, static_cast<size_t>(p.slots) * p.n4 * 16, s, p);
     ++launches;
     first += count;

@@ -178,14 +178,6 @@ __device__ __forceinline__ void chain_store_held(const ChainPlan& p, const float
   }
 }
 
-// MARKBASE_CUDA_WARM_PARAMS=1: the chain kernels' WARM instances, which touch their plan (a
-// kernel parameter the compact loop reads by op index after the wait) before the wait. Off until
-// measured (bench/RESULTS.md, nineteenth session).
-inline bool chain_warm_params() {
-  static const bool on = env_flag("MARKBASE_CUDA_WARM_PARAMS", false);
-  return on;
-}
-
 // --- MARKBASE_CUDA_CHAIN_PROBE=1 (diagnostic): the chain kernels' PROBE instances add up, per
 // kind of block and chain length, thread 0's SM cycles from its block's start to each stage, so
 // that a chain's time on the critical path (the trace's) can be split into its parts. Each

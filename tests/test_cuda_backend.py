@@ -454,7 +454,7 @@ def test_chain_router_bit_identical(need_cuda, tmp_path, qtype, narrow, mix):
 @pytest.mark.parametrize("qtype", ["q4_0", "q8_0"])
 def test_chain_probe_bit_identical(need_cuda, tmp_path, qtype):
     """MARKBASE_CUDA_CHAIN_PROBE=1 runs the row chain kernels' probe instances, which stamp each
-    stage's SM cycles (row_chain.cuh): it observes the work, it does not change it. The logits bit
+    stage's SM cycles (chain_probe.cuh): it observes the work, it does not change it. The logits bit
     for bit and the tokens of the defaults, as many kernels a token: two 26B-A4B layers (chains
     alone and the chain+router launch) and two E2B layers (per-layer embeddings: their chains
     too)."""

@@ -298,7 +298,7 @@ int moe_experts_prefill(cudaStream_t s, const WeightRef& gate_up, const WeightRe
 // MARKBASE_CUDA_TRACE: the timeline buffer of each .cu file's kernels (common.cuh), or null: a
 // count, then up to kTraceMax stamps.
 constexpr int kTraceMax = 8192;
-// MARKBASE_CUDA_CHAIN_PROBE=1: print the chain probe's tables (row_chain.cuh) of norm_rope.cu's
+// MARKBASE_CUDA_CHAIN_PROBE=1: print the chain probe's tables (chain_probe.cuh) of norm_rope.cu's
 // row_chain_kernel and moe.cu's chain_router_kernel.
 void chain_probe_report_rows();
 void chain_probe_report_router();

@@ -251,7 +251,7 @@ __global__ void __launch_bounds__(kRouterThreads) router_kernel(RouterArgs a) {
 // in one kernel of 147 KB, ran its chain block at 13 us against 5.7 alone.
 constexpr int kRouterGroups = kChainThreads / kRouterThreads;
 
-// PROBE: row_chain.cuh's chain probe (block 0 and the last router block).
+// PROBE: chain_probe.cuh's stamps (block 0 and the last router block).
 template <int TYPE, bool PROBE = false>
 __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __grid_constant__ ChainPlan p,
                                                                      const __grid_constant__ ChainPlan rp,
@@ -268,13 +268,7 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
   const unsigned routers = gridDim.x - 1;
   auto after_op = [&](int i) { probe.stamp(kStageOp0 + i); };
   if (chain_block) {
-    chain_load(p, sm, true);
-    probe.stamp(kStagePreWait);
-    pdl_wait();
-    probe.stamp(kStageWaited);
-    chain_load(p, sm, false);
-    cp_async_wait<0>();
-    probe.stamp(kStageLoaded);
+    chain_load_all(p, sm, probe);
     run_chain<true>(p, sm, p.c.count, true, after_op);
     if (threadIdx.x == 0) {
       while (ld_acquire(copied) < routers) {
@@ -308,13 +302,7 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
 #pragma unroll
     for (int i = 0; i < 4; ++i) sc[i] = threadIdx.x + 32 * i < E ? r.scale[threadIdx.x + 32 * i] : 1.0f;
   }
-  chain_load(rp, sm, true);
-  probe.stamp(kStagePreWait);
-  pdl_wait();
-  probe.stamp(kStageWaited);
-  chain_load(rp, sm, false);
-  cp_async_wait<0>();
-  probe.stamp(kStageLoaded);
+  chain_load_all(rp, sm, probe);
   __syncthreads();  // every thread's copies have landed: block 0 may overwrite those rows now
   if (threadIdx.x == 0) red_add_release(copied, 1u);
   run_chain<true>(rp, sm, rp.c.count, false, after_op);

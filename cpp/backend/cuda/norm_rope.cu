@@ -256,20 +256,14 @@ bool rows_fit(int n, std::initializer_list<std::pair<const float*, int>> rows) {
   return n % 4 == 0 && n <= kChainMaxN && float4_rows(rows);
 }
 
-// The row chain as its own launch (row_chain.cuh's run_chain). PROBE: row_chain.cuh's chain probe.
+// The row chain as its own launch (row_chain.cuh's run_chain). PROBE: chain_probe.cuh's stamps.
 template <bool COMPACT, bool PROBE = false>
 __global__ void __launch_bounds__(kChainThreads) row_chain_kernel(const __grid_constant__ ChainPlan p) {
   extern __shared__ float4 sm[];  // p.slots rows of p.n4 float4s
   ChainProbe<PROBE> probe;
   probe.start();
   pdl_trigger();
-  chain_load(p, sm, true);
-  probe.stamp(kStagePreWait);
-  pdl_wait();
-  probe.stamp(kStageWaited);
-  chain_load(p, sm, false);
-  cp_async_wait<0>();
-  probe.stamp(kStageLoaded);
+  chain_load_all(p, sm, probe);
   run_chain<COMPACT>(p, sm, p.c.count, true, [&](int i) { probe.stamp(kStageOp0 + i); });
   probe.commit(kProbeRowChain, p.c.count);
 }

@@ -3,8 +3,7 @@
 // (norm_rope.cu) can run a chain too: moe.cu's chain_router_kernel runs the chain before a MoE
 // router in its block 0, and its router blocks replay the part of it that the router's input needs.
 #pragma once
-#include <cstdio>
-
+#include "backend/cuda/chain_probe.cuh"
 #include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/q8.cuh"
 
@@ -57,6 +56,19 @@ __device__ __forceinline__ void chain_load(const ChainPlan& p, float4* sm, bool 
     }
   }
   cp_async_commit();
+}
+
+// Copies all of the plan's initial rows into the slots: the norm weights before the PDL wait
+// (no kernel writes them), the others after it; returns when every thread's copies have landed.
+template <bool PROBE>
+__device__ __forceinline__ void chain_load_all(const ChainPlan& p, float4* sm, ChainProbe<PROBE>& probe) {
+  chain_load(p, sm, true);
+  probe.stamp(kStagePreWait);
+  pdl_wait();
+  probe.stamp(kStageWaited);
+  chain_load(p, sm, false);
+  cp_async_wait<0>();
+  probe.stamp(kStageLoaded);
 }
 
 // Runs the plan's first `count` ops in order on the block's slots (their initial rows copied in
@@ -176,80 +188,6 @@ __device__ __forceinline__ void chain_store_held(const ChainPlan& p, const float
       if (j < p.n4) out[j] = sm[s * p.n4 + j];
     }
   }
-}
-
-// --- MARKBASE_CUDA_CHAIN_PROBE=1 (diagnostic): the chain kernels' PROBE instances add up, per
-// kind of block and chain length, thread 0's SM cycles from its block's start to each stage, so
-// that a chain's time on the critical path (the trace's) can be split into its parts. Each
-// translation unit has its own table (no relocatable device code); chain_probe_report prints it.
-enum ChainProbeKind { kProbeRowChain, kProbeRouterChain, kProbeRouterLast, kProbeKinds };
-enum ChainProbeStage {
-  kStagePreWait,   // the weights' copies issued, before the PDL wait
-  kStageWaited,    // past the wait
-  kStageLoaded,    // the rows in shared memory
-  kStageOp0,       // after op i: kStageOp0 + i
-  kStageHeld = kStageOp0 + kMaxRowOps,  // chain_router's block 0: the router blocks' copies counted
-  kStageDot,       // a router block: its logits stored
-  kStageCounted,   // a router block: past its count (the last one knows it is last)
-  kStageRouted,    // the last router block: the route written
-  kStageEnd,       // the block's last instruction
-  kProbeStages
-};
-struct ChainProbeTable {
-  unsigned long long launches[kProbeKinds][kMaxRowOps + 1];
-  unsigned long long cycles[kProbeKinds][kMaxRowOps + 1][kProbeStages];
-  unsigned long long hits[kProbeKinds][kMaxRowOps + 1][kProbeStages];
-};
-static __device__ ChainProbeTable mb_chain_probe;
-// Thread 0's stamps of one block; PROBE false: nothing (the default instances' code is unchanged).
-template <bool PROBE>
-struct ChainProbe {
-  long long t0 = 0, t[kProbeStages] = {};
-  __device__ __forceinline__ void start() {
-    if constexpr (PROBE) t0 = clock64();
-  }
-  __device__ __forceinline__ void stamp(int stage) {
-    if constexpr (PROBE) {
-      if (threadIdx.x == 0) t[stage] = clock64() - t0;
-    }
-  }
-  // Adds the stamps taken to the table's row (kind, ops).
-  __device__ __forceinline__ void commit(int kind, int ops) {
-    if constexpr (PROBE) {
-      if (threadIdx.x != 0) return;
-      t[kStageEnd] = clock64() - t0;
-      atomicAdd(&mb_chain_probe.launches[kind][ops], 1ull);
-      for (int s = 0; s < kProbeStages; ++s)
-        if (t[s] > 0) {
-          atomicAdd(&mb_chain_probe.cycles[kind][ops][s], static_cast<unsigned long long>(t[s]));
-          atomicAdd(&mb_chain_probe.hits[kind][ops][s], 1ull);
-        }
-    }
-  }
-};
-inline bool chain_probe() {
-  static const bool on = env_flag("MARKBASE_CUDA_CHAIN_PROBE", false);
-  return on;
-}
-// Prints this translation unit's table (to stderr; tag names the unit's kernels). static: each
-// unit's own copy reads its own table (an inline function would be merged into one by the linker).
-static void chain_probe_print(const char* tag) {
-  ChainProbeTable h{};
-  if (cudaMemcpyFromSymbol(&h, mb_chain_probe, sizeof(h)) != cudaSuccess) return;
-  static const char* kinds[] = {"row_chain", "chain_router block 0", "chain_router last router block"};
-  static const char* stages[] = {"pre-wait", "waited", "loaded", "op0", "op1", "op2", "op3", "op4", "op5", "op6",
-                                 "op7", "held", "dot", "counted", "routed", "end"};
-  static_assert(sizeof(stages) / sizeof(stages[0]) == kProbeStages, "stage names");
-  for (int k = 0; k < kProbeKinds; ++k)
-    for (int n = 0; n <= kMaxRowOps; ++n) {
-      if (!h.launches[k][n]) continue;
-      std::fprintf(stderr, "[cuda chain probe] %s: %s, %d ops, %llu launches; mean SM cycles from the block's start:",
-                   tag, kinds[k], n, h.launches[k][n]);
-      for (int s = 0; s < kProbeStages; ++s)
-        if (h.hits[k][n][s])
-          std::fprintf(stderr, " %s %.0f", stages[s], static_cast<double>(h.cycles[k][n][s]) / h.hits[k][n][s]);
-      std::fprintf(stderr, "\n");
-    }
 }
 
 // The plan of ops first .. first + count - 1 of c.

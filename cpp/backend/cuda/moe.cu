@@ -71,12 +71,13 @@ __device__ void route_row(const float* l, const float* scale, int E, int k, floa
 // reductions (redux.sync: the largest key, then the lowest expert id holding it) instead of a
 // shuffle butterfly of value and id over shared memory. Keys are the probabilities' bits plus one
 // (order-preserving for p >= 0), 0 for taken experts. Each lane j < k keeps choice j, and writes
-// it once at the end. sc (optional): the per-expert scales, held like p (lane l: experts l + 32 i),
-// loaded by the caller before its wait; lane j then takes its expert's scale by shuffles instead
-// of a dependent load after the top-k.
+// it once at the end. sc (used when has_sc): the per-expert scales, held like p (lane l: experts
+// l + 32 i), loaded by the caller before its wait; lane j then takes its expert's scale by
+// shuffles instead of a dependent load after the top-k. A reference to the caller's registers,
+// not a pointer: through a pointer the array went to local memory (sass.sh).
 template <int PER>
-__device__ void route_row_reg(const float* l, const float* scale, int E, int k, float* o,
-                              const float* sc = nullptr) {
+__device__ void route_row_reg(const float* l, const float* scale, int E, int k, float* o, const float (&sc)[PER],
+                              bool has_sc) {
   const int lane = threadIdx.x & 31;
   float p[PER];
   float mx = -INFINITY;
@@ -111,14 +112,15 @@ __device__ void route_row_reg(const float* l, const float* scale, int E, int k, 
     const float v = __uint_as_float(m - 1u);
     ws += v;
     if (lane == j) { mine = v; mine_e = static_cast<int>(e); }
-    if ((e & 31) == static_cast<unsigned>(lane)) {
+    // taken: a select on every key, not a store to key[e >> 5] under a branch, which the compiler
+    // turned into an indexed store that kept key[] in local memory (a store and a reload on each
+    // round's critical path; sass.sh)
+    const bool own = (e & 31) == static_cast<unsigned>(lane);
 #pragma unroll
-      for (int i = 0; i < PER; ++i)
-        if (static_cast<unsigned>(i) == e >> 5) key[i] = 0u;  // taken
-    }
+    for (int i = 0; i < PER; ++i) key[i] = own && static_cast<unsigned>(i) == e >> 5 ? 0u : key[i];
   }
   float mine_sc = 1.0f;
-  if (sc) {  // every lane takes part in the shuffles; lane j keeps its expert's scale
+  if (has_sc) {  // every lane takes part in the shuffles; lane j keeps its expert's scale
 #pragma unroll
     for (int i = 0; i < PER; ++i) {
       const float v = __shfl_sync(0xffffffffu, sc[i], mine_e & 31);
@@ -221,7 +223,7 @@ __device__ __forceinline__ void router_block(const RouterArgs& a, int e) {
   __syncthreads();
   if (!last) return;
   if (threadIdx.x < 32) {
-    if (reg_route) route_row_reg<4>(logits, scale, E, k, out, sc_early ? sc : nullptr);
+    if (reg_route) route_row_reg<4>(logits, scale, E, k, out, sc, sc_early);
     else route_row(logits, scale, E, k, out, p);
   }
   if (threadIdx.x == 0) *counter = 0;
@@ -333,7 +335,7 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
   __syncthreads();
   if (!last) return;
   if (threadIdx.x < 32) {
-    if (reg_route) route_row_reg<4>(r.logits, r.scale, E, k, r.out, sc_early ? sc : nullptr);
+    if (reg_route) route_row_reg<4>(r.logits, r.scale, E, k, r.out, sc, sc_early);
     else route_row(r.logits, r.scale, E, k, r.out, p_route);
   }
   if (threadIdx.x == 0) *r.counter = 0;

@@ -276,3 +276,72 @@ def test_out_of_range_gguf_config_values(tmp_path):
     for (key, _, value), p, r in zip(cases, paths, results[1:]):
         assert r[0] == "FormatError", (key, value, r)
         assert key in r[1] and str(p) in r[1], (key, value, r)
+
+
+# --- A Hugging Face directory whose tokenizer.json is corrupt: a FormatError naming the file at
+# load (the tokenizers library's own message after it), never a crash; a token id the tokenizer
+# knows but the model's vocabulary does not have: a ValueError naming the id when it is used.
+def _tokenizer_cases(tok: dict, raw: bytes) -> dict:
+    import copy
+    cases = {f"truncated{n}": raw[: len(raw) * n // 10] for n in (0, 3, 9)}
+    cases.update({"not_json": b"{not json", "a_list": b"[1, 2]", "null": b"null"})
+
+    def mutated(f):
+        t = copy.deepcopy(tok)
+        f(t)
+        return json.dumps(t).encode()
+
+    first = next(iter(tok["model"]["vocab"]))
+    cases.update({
+        "no_model": mutated(lambda t: t.pop("model")),
+        "unknown_model_type": mutated(lambda t: t["model"].__setitem__("type", "NoSuchModel")),
+        "vocab_a_list": mutated(lambda t: t["model"].__setitem__("vocab", [1, 2])),
+        "negative_id": mutated(lambda t: t["model"]["vocab"].__setitem__(first, -3)),
+        "id_past_32_bits": mutated(lambda t: t["model"]["vocab"].__setitem__(first, 2**40)),
+        "id_a_string": mutated(lambda t: t["model"]["vocab"].__setitem__(first, "5")),
+        "merges_of_ints": mutated(lambda t: t["model"].__setitem__("merges", [[1, 2], 3])),
+        "added_token_without_content": mutated(lambda t: t["added_tokens"][0].pop("content")),
+        "unknown_normalizer": mutated(lambda t: t.__setitem__("normalizer", {"type": "NoSuch"})),
+        "bad_split_regex": mutated(lambda t: t.__setitem__("pre_tokenizer",
+                                                             {"type": "Split", "pattern": {"Regex": "(("},
+                                                              "behavior": "Isolated", "invert": False})),
+    })
+    return cases
+
+
+def test_corrupt_tokenizer_json(tmp_path, tiny_models):
+    import shutil
+    src = tiny_models["gemma3"].path
+    raw = open(f"{src}/tokenizer.json", "rb").read()
+    tok = json.loads(raw)
+    paths = []
+    for name, blob in _tokenizer_cases(tok, raw).items():
+        d = tmp_path / name
+        shutil.copytree(src, d)
+        (d / "tokenizer.json").write_bytes(blob)
+        paths.append(d)
+    for p, r in zip(paths, load_all(paths)):
+        assert r[0] == "FormatError", (p.name, r)
+        assert f"{p}/tokenizer.json" in r[1], (p.name, r)
+
+    # a vocabulary entry moved past the model's embedding rows: the tokenizer loads (the library
+    # accepts gaps), the id is refused when a prompt produces it
+    piece, _ = max(tok["model"]["vocab"].items(), key=lambda kv: kv[1])
+    t = json.loads(raw)
+    t["model"]["vocab"][piece] = 100000
+    d = tmp_path / "id_past_the_model"
+    shutil.copytree(src, d)
+    (d / "tokenizer.json").write_text(json.dumps(t))
+    code = ("import markbase, json\n"
+            f"m = markbase.Model.load({str(d)!r}, backend='cpu')\n"
+            f"ids = m.tokenize({piece.replace(chr(0x2581), ' ')!r})\n"
+            "try:\n"
+            "    m.generate_tokens(ids, max_tokens=1)\n"
+            "    r = ['ok', str(ids)]\n"
+            "except ValueError as e:\n"
+            "    r = ['ValueError', str(e)]\n"
+            "print(json.dumps(r))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert r[0] == "ValueError" and "100000" in r[1], r

@@ -956,12 +956,12 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, cons
   int rn_slot = 0;
   const ChainPlan rp = chain_replay_plan(c, router_in, &rn_slot);
   // Block 0 stores last the rows that it rewrites and the router blocks copy in.
-  for (int s = 0; s < p.slots; ++s) {
-    if (!p.load[s] || p.weight[s]) continue;
+  for (int slot = 0; slot < p.slots; ++slot) {
+    if (!p.load[slot] || p.weight[slot]) continue;
     bool written = false, copied = false;
-    for (int i = 0; i < p.c.count; ++i) written = written || p.out[i] == s;
-    for (int t = 0; t < rp.slots; ++t) copied = copied || (rp.load[t] == p.load[s] && !rp.weight[t]);
-    if (written && copied) p.held |= 1u << s;
+    for (int i = 0; i < p.c.count; ++i) written = written || p.out[i] == slot;
+    for (int t = 0; t < rp.slots; ++t) copied = copied || (rp.load[t] == p.load[slot] && !rp.weight[t]);
+    if (written && copied) p.held |= 1u << slot;
   }
   const size_t smem = static_cast<size_t>(p.slots) * p.n4 * 16;
   const int grid = 1 + (E + kRouterGroups - 1) / kRouterGroups;

@@ -57,10 +57,6 @@ struct ChainProbe {
     }
   }
 };
-inline bool chain_probe() {
-  static const bool on = env_flag("MARKBASE_CUDA_CHAIN_PROBE", false);
-  return on;
-}
 // Prints this translation unit's table (to stderr; tag names the unit's kernels). static: each
 // unit's own copy reads its own table (an inline function would be merged into one by the linker).
 static void chain_probe_print(const char* tag) {

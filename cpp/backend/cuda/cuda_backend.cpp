@@ -278,7 +278,7 @@ class CudaBackend : public Backend {
       print_ops("trace", trace_acc_);
       std::fprintf(stderr, "[cuda trace] %-52s %10.3f\n", "total", trace_total_ms_);
     }
-    if (env_flag("MARKBASE_CUDA_CHAIN_PROBE", false)) {  // chain_probe.cuh
+    if (cuda::chain_probe()) {
       cuda::chain_probe_report_rows();
       cuda::chain_probe_report_router();
     }

@@ -298,8 +298,12 @@ int moe_experts_prefill(cudaStream_t s, const WeightRef& gate_up, const WeightRe
 // MARKBASE_CUDA_TRACE: the timeline buffer of each .cu file's kernels (common.cuh), or null: a
 // count, then up to kTraceMax stamps.
 constexpr int kTraceMax = 8192;
-// MARKBASE_CUDA_CHAIN_PROBE=1: print the chain probe's tables (chain_probe.cuh) of norm_rope.cu's
-// row_chain_kernel and moe.cu's chain_router_kernel.
+// MARKBASE_CUDA_CHAIN_PROBE=1: the chain kernels' probe instances run (chain_probe.cuh), and the
+// backend prints their tables of norm_rope.cu's row_chain_kernel and moe.cu's chain_router_kernel.
+inline bool chain_probe() {
+  static const bool on = env_flag("MARKBASE_CUDA_CHAIN_PROBE", false);
+  return on;
+}
 void chain_probe_report_rows();
 void chain_probe_report_router();
 void trace_attach_attention(unsigned long long* buf);

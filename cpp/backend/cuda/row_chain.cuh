@@ -89,10 +89,11 @@ __device__ __forceinline__ void run_chain(const ChainPlan& p, float4* sm, int co
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   int norms = 0;
   float4 v[kChainVec];
-  // each norm's sum of squares, reduced with its group's first norm. Written and read by selects
-  // over all of it (op indices are run-time values in the compact loop): indexed, the array was
-  // kept in local memory, a store and a reload on each norm's path (sass.sh).
-  float sums[kMaxRowOps] = {};
+  // each norm's sum of squares, reduced with its group's first norm. Indexed at run time, so kept
+  // in local memory (a store and an L1 reload on each norm's path): selects over the whole array
+  // instead (no local memory) ran every chain ~700 SM cycles slower on the H200 (chain probe,
+  // twenty-first session: the dense 3-op chain's first norm 1560 -> 2050 cycles).
+  float sums[kMaxRowOps];
   auto op = [&](int i) {
     const RowOp& o = p.c.op[i];
     const float4* A = sm + p.a[i] * p.n4;
@@ -127,15 +128,11 @@ __device__ __forceinline__ void run_chain(const ChainPlan& p, float4* sm, int co
           float ss = 0.0f;
 #pragma unroll
           for (int w = 0; w < kChainWarps; ++w) ss += part[norms & 1][m][w];
-#pragma unroll
-          for (int q = 0; q < kMaxRowOps; ++q) sums[q] = q == i + m ? ss : sums[q];
+          sums[i + m] = ss;
         }
         ++norms;
       }
-      float ss = 0.0f;
-#pragma unroll
-      for (int q = 0; q < kMaxRowOps; ++q) ss = q == i ? sums[q] : ss;
-      const float r = 1.0f / sqrtf(ss / o.n + o.f);
+      const float r = 1.0f / sqrtf(sums[i] / o.n + o.f);
 #pragma unroll
       for (int c = 0; c < kChainVec; ++c) {
         const int j = t + kChainThreads * c;

@@ -662,6 +662,14 @@ class CudaBackend : public Backend {
     if (op.kind == OpKind::MoeExperts) return moe_q8(g, op);
     return false;
   }
+  // Whether an op after op `from` reads slot s before s is written again.
+  bool read_later(const Graph& g, size_t from, int s) const {
+    for (size_t j = from + 1; j < g.ops.size(); ++j) {
+      if (g.ops[j].a == s || g.ops[j].b == s) return true;
+      if (g.ops[j].out == s) return false;
+    }
+    return false;
+  }
   // Whether a product after op `from` reads slot s quantized before s is written again.
   bool wants_q8(const Graph& g, size_t from, int s) const {
     if (!fuse_ || !q8_graph(g)) return false;
@@ -1019,7 +1027,8 @@ class CudaBackend : public Backend {
             const float* router_in = ptr<float>(st.slots[rm.a]);
             const bool ffn_ok = !moe_dense(g, r, done, false) || moe_dense(g, r, done, true);
             if (ffn_ok && cuda::chain_router_fits(c, router_in, wref(rm.w), ro.group)) {
-              kernels += cuda::chain_router(cur_, c, router_in, wref(rm.w), ro.w2 ? small_f32(ro.w2) : nullptr,
+              kernels += cuda::chain_router(cur_, c, router_in, read_later(g, r, rm.a), wref(rm.w),
+                                            ro.w2 ? small_f32(ro.w2) : nullptr,
                                             ro.group, ro.k, ptr<float>(st.slots[rm.out]), ptr<float>(st.slots[ro.out]),
                                             ptr<unsigned>(st.router_counter));
               routed = r + 1;

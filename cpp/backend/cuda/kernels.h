@@ -260,12 +260,14 @@ int moe_ffn_decode_routed(cudaStream_t s, const float* route, int E, int k, cons
                           const WeightRef& gate, const WeightRef& up, const WeightRef& dense_down, Q8Vec dense_x,
                           float* dense_out);
 // Decode, one token: the row chain c and, beside it in the same launch, the MoE router (as
-// moe_router) on one of the chain's rows, router_in (moe.cu). counters: two device words, zero
-// before the first launch (the kernel leaves them zero). chain_router_fits: whether the pair fits
-// one launch (a float router whose K is the chain's width, the chain in one launch's shared
-// memory); chain_router returns 0 (nothing launched) when it does not.
+// moe_router) on one of the chain's rows, router_in (moe.cu). router_in_read: an op after the
+// chain other than the router reads router_in (otherwise the launch may leave its row unwritten).
+// counters: two device words, zero before the first launch (the kernel leaves them zero).
+// chain_router_fits: whether the pair fits one launch (a float router whose K is the chain's
+// width, the chain in one launch's shared memory); chain_router returns 0 (nothing launched) when
+// it does not.
 bool chain_router_fits(const RowChain& c, const float* router_in, const WeightRef& w, int n_experts);
-int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, const WeightRef& w,
+int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool router_in_read, const WeightRef& w,
                  const float* expert_scale, int n_experts, int k, float* logits, float* out, unsigned* counters);
 // Decode: experts read by id from the route slot (or from host_ids when not null: the debug mode
 // that routes on the host). act: rows * k * Ie floats of scratch.

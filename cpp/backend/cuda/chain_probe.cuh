@@ -69,13 +69,8 @@ static void chain_probe_print(const char* tag) {
   for (int k = 0; k < kProbeKinds; ++k)
     for (int n = 0; n <= kMaxRowOps; ++n) {
       if (!h.launches[k][n]) continue;
-      // a direct router block (moe.cu) replays no ops: its "op0" is the residual computed
-      if (k == kProbeRouterLast && n == 0)
-        std::fprintf(stderr, "[cuda chain probe] %s: %s, direct, %llu launches; mean SM cycles from the block's start:",
-                     tag, kinds[k], h.launches[k][n]);
-      else
-        std::fprintf(stderr, "[cuda chain probe] %s: %s, %d ops, %llu launches; mean SM cycles from the block's start:",
-                     tag, kinds[k], n, h.launches[k][n]);
+      std::fprintf(stderr, "[cuda chain probe] %s: %s, %d ops, %llu launches; mean SM cycles from the block's start:",
+                   tag, kinds[k], n, h.launches[k][n]);
       for (int s = 0; s < kProbeStages; ++s)
         if (h.hits[k][n][s])
           std::fprintf(stderr, " %s %.0f", stages[s], static_cast<double>(h.cycles[k][n][s]) / h.hits[k][n][s]);

@@ -237,41 +237,26 @@ __global__ void __launch_bounds__(kRouterThreads) router_kernel(RouterArgs a) {
 
 // Decode, one token: the row chain before a MoE router (the post-attention norm, the residual
 // add, the feed-forward input norms) and the router itself, in one launch, side by side instead of
-// one after the other. Block 0 runs the chain p (row_chain.cuh), writing its rows. Every other
-// block computes kRouterGroups experts' logits from the chain's inputs, writing nothing else; the
-// last router block to finish routes. So the router's step leaves the layer's critical path: it no
-// longer waits for the chain's launch to end, nor the experts for the router's. A router block
-// gets the router's input in one of two ways:
-//  - direct (RouterInput, the default where the chain's ops before the router have Gemma 4's form
-//    norm(x + norm(a) * w1) * s): from x and a in registers, two block reductions (the sum of
-//    squares of a; then, together, that of the residual h = x + norm(a) * w1 and the router rows'
-//    dot products with h * s), the router norm's scale applied to the dot products at the end.
-//    Replaying the chain's three ops in shared memory and then the dot took three reductions and
-//    the chain loop's per-op overhead: 7200 SM cycles after the wait (chain probe, twentieth
-//    session). The router's input is the chain's arithmetic in another order (the logits agree
-//    with the replay's to rounding, not to the bit).
-//  - replay (MARKBASE_CUDA_ROUTER_DIRECT=0, or a chain of another form): in its shared memory
-//    rp, the chain's ops that the router's input depends on (chain_replay_plan; rn_slot: its slot
-//    in rp), then the dot in router_block's order: the same bits as the router's own launch.
-// Block 0 rewrites rows that the router blocks read (the residual): it stores those (p.held)
-// last, once every router block has counted its reads done (*copied, which it then resets), so
-// that the wait for router blocks that started late (they need SMs the kernel before still holds)
-// overlaps its chain instead of delaying it. All blocks fit on the GPU at once, and block 0 is
-// the only one that waits, for blocks that wait for nothing. Each kind of block runs the compact
-// chain loop (~18 KB of instructions): the sixteenth session's form, the unrolled chain and an
-// unrolled replay of it in one kernel of 147 KB, ran its chain block at 13 us against 5.7 alone.
+// one after the other. The chain blocks (block 0, and with chain_split_tail a second one for the
+// last norms) run the chain p (row_chain.cuh), writing its rows. Every other block computes
+// kRouterGroups experts' logits from the chain's inputs, writing nothing else; the last router
+// block to finish routes. So the router's step leaves the layer's critical path: it no longer
+// waits for the chain's launch to end, nor the experts for the router's. A router block replays
+// in its shared memory rp, the chain's ops that the router's input depends on
+// (chain_replay_plan; rn_slot: its slot in rp), then the dot in router_block's order: the same
+// bits as the router's own launch. (The twenty-first session tried router blocks computing the
+// router's input from x and a in registers instead, in two reductions: their own path 3700 SM
+// cycles shorter, but block 0 waited for their counts, which came after their dot, and decode
+// was no faster in any of four builds, up to 8 % slower; bench/RESULTS.md.)
+// Block 0 rewrites rows that the router blocks and the other chain block read (the residual): it
+// stores those (p.held) last, once every other block has counted its reads done (*copied, which
+// it then resets), so that the wait for router blocks that started late (they need SMs the kernel
+// before still holds) overlaps its chain instead of delaying it. All blocks fit on the GPU at
+// once, and block 0 is the only one that waits, for blocks that wait for nothing. Each kind of
+// block runs the compact chain loop (~18 KB of instructions): the sixteenth session's form, the
+// unrolled chain and an unrolled replay of it in one kernel of 147 KB, ran its chain block at
+// 13 us against 5.7 alone.
 constexpr int kRouterGroups = kChainThreads / kRouterThreads;
-
-// The router's input as direct router blocks compute it: norm(h) * s with h = x + norm(a) * w1,
-// or h = x when a is null; each norm is (v * rsqrt(mean(v^2) + eps)) * weight, as run_chain's.
-struct RouterInput {
-  bool direct = false;
-  const float* x = nullptr;   // the residual, before the add
-  const float* a = nullptr;   // the other addend, before its norm (null: h = x)
-  const float* w1 = nullptr;  // a's norm weight (null: none)
-  const float* s = nullptr;   // the router norm's weight (null: none)
-  float eps1 = 0.0f, eps2 = 0.0f;
-};
 
 // The last router block's routing by its first warp (lane 0's `last`: its count was the last);
 // resets the counter. Every lane of the warp calls it.
@@ -286,102 +271,11 @@ __device__ __forceinline__ void route_if_last(const RouterArgs& r, bool last, co
   probe.commit(kProbeRouterLast, probe_ops);
 }
 
-// A direct router block (RouterInput): thread t takes float4s t + kChainThreads c of the rows, for
-// all of the block's experts (their router rows times s in registers before the wait).
-template <int TYPE, bool PROBE>
-__device__ __forceinline__ void router_direct(const RouterInput& in, const RouterArgs& r, int e0, unsigned routers,
-                                              unsigned* copied, float* p_route, ChainProbe<PROBE>& probe) {
-  __shared__ float red[2][kChainWarps][kRouterGroups + 1];
-  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
-  const WeightRef& w = r.w;
-  const int E = r.E, n = w.K, n4 = n / 4;
-  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f), one = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
-  float4 wr[kRouterGroups][kChainVec], w1[kChainVec];
-#pragma unroll
-  for (int c = 0; c < kChainVec; ++c) {
-    const int j = t + kChainThreads * c;
-    const float4 s = in.s && j < n4 ? reinterpret_cast<const float4*>(in.s)[j] : one;
-    w1[c] = in.w1 && j < n4 ? reinterpret_cast<const float4*>(in.w1)[j] : one;
-#pragma unroll
-    for (int g = 0; g < kRouterGroups; ++g) {
-      const float4 v = e0 + g < E && j < n4 ? w4<TYPE>(w.data + static_cast<size_t>(e0 + g) * w.row_bytes, 4 * j, n)
-                                            : zero;
-      wr[g][c] = make_float4(v.x * s.x, v.y * s.y, v.z * s.z, v.w * s.w);
-    }
-  }
-  float sc[4];
-  const bool sc_early = r.scale_early && r.scale && E <= 128 && r.k <= 32 && t < 32;
-  if (sc_early) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) sc[i] = t + 32 * i < E ? r.scale[t + 32 * i] : 1.0f;
-  }
-  probe.stamp(kStagePreWait);
-  pdl_wait();
-  probe.stamp(kStageWaited);
-  float4 h[kChainVec], a[kChainVec];
-#pragma unroll
-  for (int c = 0; c < kChainVec; ++c) {
-    const int j = t + kChainThreads * c;
-    h[c] = j < n4 ? __ldcg(reinterpret_cast<const float4*>(in.x) + j) : zero;
-    a[c] = in.a && j < n4 ? __ldcg(reinterpret_cast<const float4*>(in.a) + j) : zero;
-  }
-  if (in.a) {  // h = x + norm(a) * w1, in run_chain's arithmetic per element (no contraction to an fma)
-    float ss = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kChainVec; ++c) ss += dot4(a[c], a[c]);
-    ss = warp_sum(ss);
-    if (lane == 0) red[0][warp][0] = ss;
-    __syncthreads();
-    ss = 0.0f;
-#pragma unroll
-    for (int q = 0; q < kChainWarps; ++q) ss += red[0][q][0];
-    const float r1 = 1.0f / sqrtf(ss / n + in.eps1);
-#pragma unroll
-    for (int c = 0; c < kChainVec; ++c) {
-      h[c] = make_float4(__fadd_rn(h[c].x, __fmul_rn(__fmul_rn(a[c].x, r1), w1[c].x)),
-                         __fadd_rn(h[c].y, __fmul_rn(__fmul_rn(a[c].y, r1), w1[c].y)),
-                         __fadd_rn(h[c].z, __fmul_rn(__fmul_rn(a[c].z, r1), w1[c].z)),
-                         __fadd_rn(h[c].w, __fmul_rn(__fmul_rn(a[c].w, r1), w1[c].w)));
-    }
-  }
-  probe.stamp(kStageOp0);
-  // The residual's sum of squares and the dot products with it, in one reduction.
-  float q[kRouterGroups + 1] = {};
-#pragma unroll
-  for (int c = 0; c < kChainVec; ++c) {
-    q[0] += dot4(h[c], h[c]);
-#pragma unroll
-    for (int g = 0; g < kRouterGroups; ++g) q[g + 1] += dot4(wr[g][c], h[c]);
-  }
-#pragma unroll
-  for (int i = 0; i <= kRouterGroups; ++i) q[i] = warp_sum(q[i]);
-  if (lane == 0) {
-#pragma unroll
-    for (int i = 0; i <= kRouterGroups; ++i) red[1][warp][i] = q[i];
-  }
-  __syncthreads();  // every thread's reads of x and a are done too
-  if (t == 0) red_add_release(copied, 1u);
-  if (warp != 0) return;
-#pragma unroll
-  for (int i = 0; i <= kRouterGroups; ++i) q[i] = warp_sum(lane < kChainWarps ? red[1][lane][i] : 0.0f);
-  bool last = false;
-  if (lane == 0) {
-    const float r2 = 1.0f / sqrtf(q[0] / n + in.eps2);
-#pragma unroll
-    for (int g = 0; g < kRouterGroups; ++g)
-      if (e0 + g < E) r.logits[e0 + g] = q[g + 1] * r2;
-    probe.stamp(kStageDot);
-    last = atomic_add_acq_rel(r.counter, 1u) == routers - 1;  // as router_block's counter
-    probe.stamp(kStageCounted);
-  }
-  route_if_last(r, last, sc, sc_early, p_route, probe, 0);
-}
-
 // PROBE: chain_probe.cuh's stamps (block 0 and the last router block).
 template <int TYPE, bool PROBE = false>
 __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __grid_constant__ ChainPlan p,
                                                                      const __grid_constant__ ChainPlan rp,
-                                                                     int rn_slot, RouterInput in, RouterArgs r,
+                                                                     int rn_slot, int chains, RouterArgs r,
                                                                      unsigned* copied) {
   extern __shared__ float4 sm[];  // p.slots rows of p.n4 float4s (rp has fewer)
   __shared__ float p_route[kMaxExperts];
@@ -391,13 +285,19 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
   ChainProbe<PROBE> probe;
   probe.start();
   pdl_trigger();
-  const unsigned routers = gridDim.x - 1;
+  const unsigned routers = gridDim.x - chains;
   auto after_op = [&](int i) { probe.stamp(kStageOp0 + i); };
-  if (blockIdx.x == 0) {
+  const int blk = static_cast<int>(blockIdx.x);
+  if (blk < chains) {
     chain_load_all(p, sm, probe);
-    run_chain<true>(p, sm, p.c.count, true, after_op);
+    if (blk > 0) {  // another chain block (chain_split_tail): count its copies done, as router blocks do
+      __syncthreads();
+      if (threadIdx.x == 0) red_add_release(copied, 1u);
+    }
+    run_chain<true>(p, sm, p.c.count, true, blk, after_op);
+    if (blk > 0) return;
     if (threadIdx.x == 0) {
-      while (ld_acquire(copied) < routers) {
+      while (ld_acquire(copied) < routers + chains - 1) {
       }
       *copied = 0;
     }
@@ -407,11 +307,7 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
     probe.commit(kProbeRouterChain, p.c.count);
     return;
   }
-  const int e0 = (static_cast<int>(blockIdx.x) - 1) * kRouterGroups;
-  if (in.direct) {
-    router_direct<TYPE>(in, r, e0, routers, copied, p_route, probe);
-    return;
-  }
+  const int e0 = (blk - chains) * kRouterGroups;
   const int grp = threadIdx.x / kRouterThreads, gt = threadIdx.x % kRouterThreads, lane = threadIdx.x & 31;
   const int e = e0 + grp;
   const WeightRef& w = r.w;
@@ -436,7 +332,7 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
   chain_load_all(rp, sm, probe);
   __syncthreads();  // every thread's copies have landed: block 0 may overwrite those rows now
   if (threadIdx.x == 0) red_add_release(copied, 1u);
-  run_chain<true>(rp, sm, rp.c.count, false, after_op);
+  run_chain<true>(rp, sm, rp.c.count, false, 0, after_op);
   __syncthreads();  // the dot below reads other threads' float4s of the router's input
   const float4* x = sm + rn_slot * rp.n4;
   float acc = 0.0f;
@@ -1069,55 +965,19 @@ ChainPlan chain_replay_plan(const RowChain& c, const float* router_in, int* rn_s
   *rn_slot = rp.out[sub.count - 1];
   return rp;
 }
-
-// The router's input in direct form (RouterInput) when rp, the ops it depends on, is
-// [Norm a -> a', Add of a' and x -> h, Norm h -> router input] (Gemma 4's MoE layers) or
-// [Norm x -> router input]; otherwise not direct (the router blocks replay rp).
-RouterInput direct_input(const ChainPlan& rp) {
-  RouterInput in;
-  const RowChain& c = rp.c;
-  const RowOp& rn = c.op[c.count - 1];
-  if (rn.kind != RowOpKind::Norm) return in;
-  if (c.count == 3) {
-    const RowOp &n1 = c.op[0], &ad = c.op[1];
-    if (n1.kind != RowOpKind::Norm || ad.kind != RowOpKind::Add || rn.a != ad.out ||
-        (ad.a == n1.out) == (ad.b == n1.out))
-      return in;
-    in.x = ad.a == n1.out ? ad.b : ad.a;
-    in.a = n1.a;
-    in.w1 = n1.w;
-    in.eps1 = n1.f;
-  } else if (c.count == 1) {
-    in.x = rn.a;
-  } else {
-    return in;
-  }
-  in.s = rn.w;
-  in.eps2 = rn.f;
-  in.direct = true;
-  return in;
-}
-
-// A/B switch: MARKBASE_CUDA_ROUTER_DIRECT=0: chain_router's router blocks replay the chain's ops
-// even where the direct form applies (the router's own launch's bits).
-bool router_direct() {
-  static const bool on = env_flag("MARKBASE_CUDA_ROUTER_DIRECT", true);
-  return on;
-}
 }  // namespace
 
 int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool router_in_read,
                  const WeightRef& w, const float* expert_scale, int E, int k, float* logits, float* out,
-                 unsigned* counters) {
+                 unsigned* counters, int max_chain_blocks) {
   if (!chain_router_fits(c, router_in, w, E)) return 0;
   int rn_slot = 0;
   const ChainPlan rp = chain_replay_plan(c, router_in, &rn_slot);
-  const RouterInput in = router_direct() ? direct_input(rp) : RouterInput{};
-  // Direct router blocks do not read the router's input row: block 0 leaves out the op writing it
-  // when nothing else reads it (nor any later op of the chain, nor, router_in_read false, any op
-  // after the chain but the router).
+  // The router blocks compute the router's input themselves (the replay): the chain blocks leave
+  // out the op writing its row when nothing else reads it (no later op of the chain, nor,
+  // router_in_read false, any op after the chain but the router).
   RowChain c0 = c;
-  if (in.direct && !router_in_read) {
+  if (!router_in_read) {
     int i = c.count - 1;
     while (c.op[i].out != router_in) --i;
     bool read = c.op[i].q8.q != nullptr;
@@ -1128,22 +988,24 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
     }
   }
   ChainPlan p = chain_plan(c0, 0, c0.count);
-  // Block 0 stores last the rows that it rewrites and the router blocks read.
+  const int chains = chain_split_tail(p, max_chain_blocks);
+  // Block 0 stores last the rows that it rewrites and the router blocks (or the other chain
+  // blocks, which copy in all that it does) read.
   for (int slot = 0; slot < p.slots; ++slot) {
     if (!p.load[slot] || p.weight[slot]) continue;
-    bool written = false, copied = false;
+    bool written = false, copied = chains > 1;
     for (int i = 0; i < p.c.count; ++i) written = written || p.out[i] == slot;
     for (int t = 0; t < rp.slots; ++t) copied = copied || (rp.load[t] == p.load[slot] && !rp.weight[t]);
     if (written && copied) p.held |= 1u << slot;
   }
   const size_t smem = static_cast<size_t>(p.slots) * p.n4 * 16;
-  const int grid = 1 + (E + kRouterGroups - 1) / kRouterGroups;
+  const int grid = chains + (E + kRouterGroups - 1) / kRouterGroups;
   const RouterArgs r{w, router_in, expert_scale, E, k, logits, out, counters, router_scale_early()};
   auto launch = [&](auto kernel) {
     static const bool setup = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(kChainSmem)) == cudaSuccess;
     (void)setup;
-    enqueue(kernel, grid, kChainThreads, smem, s, p, rp, rn_slot, in, r, counters + 1);
+    enqueue(kernel, grid, kChainThreads, smem, s, p, rp, rn_slot, chains, r, counters + 1);
     return 1;
   };
   // Float routers only (GGUF files keep the router in F32, Hugging Face directories in BF16).

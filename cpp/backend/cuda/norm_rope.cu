@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(kChainThreads) row_chain_kernel(const __grid_c
   probe.start();
   pdl_trigger();
   chain_load_all(p, sm, probe);
-  run_chain<COMPACT>(p, sm, p.c.count, true, [&](int i) { probe.stamp(kStageOp0 + i); });
+  run_chain<COMPACT>(p, sm, p.c.count, true, 0, [&](int i) { probe.stamp(kStageOp0 + i); });
   probe.commit(kProbeRowChain, p.c.count);
 }
 

@@ -39,7 +39,11 @@ struct ChainPlan {
   unsigned char has_b[kMaxRowOps];
   unsigned char group[kMaxRowOps];   // Norm: the norms from this one whose sums it reduces (0: done earlier)
   unsigned held;                     // bit s: slot s's row is stored only at the end (chain_store_held)
+  // Which of the launch's chain blocks runs op i: kAllChainBlocks (each runs it, block 0 stores
+  // its output), or one block, which stores it (chain_split_tail).
+  unsigned char owner[kMaxRowOps];
 };
+constexpr unsigned char kAllChainBlocks = 0xff;
 static_assert(kChainSlots <= 32, "ChainPlan::held is a 32-bit mask");
 
 // Copies the plan's initial rows into the slots: the norm weights (weights == true, before the PDL
@@ -75,7 +79,9 @@ __device__ __forceinline__ void chain_load_all(const ChainPlan& p, float4* sm, C
 // and waited for by every thread). write: each op also stores its output row (and its quantized
 // copy) to global memory, except rows of p.held's slots, whose final value chain_store_held
 // stores later (chain_router_kernel: rows its router blocks copy in, stored once they have);
-// false: a replay that only updates the slots.
+// false: a replay that only updates the slots. blk: the block's index among the launch's chain
+// blocks: it runs the ops p.owner gives it (and stores those that it owns, or, block 0, that
+// every block runs).
 // COMPACT (the default): one copy of the op's code in a loop, the plan indexed at run time, instead
 // of the loop unrolled over kMaxRowOps ops with constant indices (66 KB of instructions against
 // 18 KB). The chain is one block, which fetches its instructions cold on every launch: decode on
@@ -84,7 +90,8 @@ __device__ __forceinline__ void chain_load_all(const ChainPlan& p, float4* sm, C
 // form stays for A/B: MARKBASE_CUDA_CHAIN_COMPACT=0.
 // after_op(i) runs after op i (the chain probe's stamps; a no-op elsewhere).
 template <bool COMPACT, typename AfterOp>
-__device__ __forceinline__ void run_chain(const ChainPlan& p, float4* sm, int count, bool write, AfterOp after_op) {
+__device__ __forceinline__ void run_chain(const ChainPlan& p, float4* sm, int count, bool write, int blk,
+                                          AfterOp after_op) {
   __shared__ float part[2][kNormGroup][kChainWarps];
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   int norms = 0;
@@ -95,6 +102,11 @@ __device__ __forceinline__ void run_chain(const ChainPlan& p, float4* sm, int co
   // twenty-first session: the dense 3-op chain's first norm 1560 -> 2050 cycles).
   float sums[kMaxRowOps];
   auto op = [&](int i) {
+    const int owner = p.owner[i];
+    if (owner != kAllChainBlocks && owner != blk) {
+      after_op(i);
+      return;
+    }
     const RowOp& o = p.c.op[i];
     const float4* A = sm + p.a[i] * p.n4;
     const float4* B = sm + p.b[i] * p.n4;
@@ -157,7 +169,8 @@ __device__ __forceinline__ void run_chain(const ChainPlan& p, float4* sm, int co
         v[c] = make_float4(v[c].x * o.f, v[c].y * o.f, v[c].z * o.f, v[c].w * o.f);
     }
     float4* out = reinterpret_cast<float4*>(o.out);
-    const bool store = write && !((p.held >> p.out[i]) & 1u);
+    const bool own = owner == blk || (owner == kAllChainBlocks && blk == 0);
+    const bool store = write && own && !((p.held >> p.out[i]) & 1u);
 #pragma unroll
     for (int c = 0; c < kChainVec; ++c) {
       const int j = t + kChainThreads * c;
@@ -166,7 +179,7 @@ __device__ __forceinline__ void run_chain(const ChainPlan& p, float4* sm, int co
         if (store) out[j] = v[c];
       }
     }
-    if (write && o.q8.q) quantize_float4s<kChainThreads>(v, o.q8, p.n4);
+    if (write && own && o.q8.q) quantize_float4s<kChainThreads>(v, o.q8, p.n4);
     after_op(i);
   };
   if constexpr (COMPACT) {
@@ -198,6 +211,7 @@ __device__ __forceinline__ void chain_store_held(const ChainPlan& p, const float
 inline ChainPlan chain_plan(const RowChain& c, int first, int count) {
   ChainPlan p{};
   p.c.count = count;
+  for (int i = 0; i < kMaxRowOps; ++i) p.owner[i] = kAllChainBlocks;
   for (int i = 0; i < count; ++i) p.c.op[i] = c.op[first + i];
   p.n4 = c.op[first].n / 4;
   // Slots are keyed by row pointer: the current value of a row is always in its slot.
@@ -235,6 +249,30 @@ inline ChainPlan chain_plan(const RowChain& c, int first, int count) {
     i += g;
   }
   return p;
+}
+
+// Spreads the norms of the plan's last group over up to max_blocks chain blocks, when that group
+// ends the chain and writes only rows that no block copies in (Gemma 4's MoE layers: the dense
+// MLP's and the experts' input norms of the residual, each with its quantized copy): each block
+// then runs the ops before the group (the same arithmetic; block 0 stores their rows) and its own
+// norms of it, each in a reduction of its own (a norm's sum is the same bits alone as in a group).
+// A norm with its reduction and quantization costs ~1800-3300 SM cycles in one block (chain probe,
+// twentieth session), and the ops before the group, run by every block, are cheaper than the
+// norms taken off block 0. Returns the chain blocks to launch (1: unchanged).
+inline int chain_split_tail(ChainPlan& p, int max_blocks) {
+  int first = p.c.count;
+  while (first > 0 && p.c.op[first - 1].kind == RowOpKind::Norm) --first;
+  while (first < p.c.count && p.group[first] == 0) ++first;  // the last group's first norm
+  const int g = p.c.count - first;
+  if (g < 2 || max_blocks < 2 || p.group[first] != g) return 1;
+  for (int i = first; i < p.c.count; ++i)
+    if (p.load[p.out[i]]) return 1;
+  const int blocks = g < max_blocks ? g : max_blocks;
+  for (int m = 0; m < g; ++m) {
+    p.owner[first + m] = static_cast<unsigned char>(m % blocks);
+    p.group[first + m] = 1;
+  }
+  return blocks;
 }
 
 }  // namespace markbase::cuda

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# One device call: decode speed of the working tree against older commits, built side by side on
+# the H200, in one call (machines differ by 2-5 %, so only figures from one call compare), with
+# each variant run three times, interleaved, and the chain probe's cycles of each.
+# Before the call, here (the device has no git history): one tarball per older commit,
+#   git archive --format=tar 66f9460 -o bench/cuda/old.tar     (untracked, so it travels; ~6 MB)
+# then, on the device (the run tool), e.g.
+#   BUILDS="old=bench/cuda/old.tar" VARIANTS="old:g4-26b-6L new:g4-26b-6L new:g4-26b-6L:MARKBASE_CUDA_CHAIN_SPLIT=0
+#     old:g4-26b-dense-6L new:g4-26b-dense-6L" bash bench/cuda/ab_builds.sh
+# BUILDS: NAME=TARBALL pairs (the working tree is "new"). VARIANTS: BUILD:FILE[:ENV=VAL,ENV=VAL]
+# with FILE one of g4-26b-6L, g4-26b-dense-6L, g4-e4b-6L (6-layer synthetic Q4_0 files).
+# PROBE=0: no chain probe runs. TESTS="-k chain_router": pytest of the new build's CUDA tests too.
+# Output: $OUT/ab.txt (~150-250 s with two builds; the builds share the 16 cores).
+set -u
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+R=$OUT/ab.txt
+M=/tmp/models; mkdir -p $M
+export PYTHONUNBUFFERED=1
+[ -d .whl ] && python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl \
+  && export PYTHONPATH=/tmp/site
+n_builds=$((1 + $(echo ${BUILDS:-} | wc -w)))
+jobs=$((16 / n_builds))
+CMAKE_BUILD_PARALLEL_LEVEL=$jobs CMAKE_ARGS="-DMARKBASE_CUDA=ON" python3 -m pip install --no-build-isolation --no-deps -q . \
+  > $OUT/build_new.log 2>&1 &
+declare -A BIN PYP
+BIN[new]=$(python3 -c "import sysconfig;print(sysconfig.get_path('scripts'))")/markbase-bench
+PYP[new]=${PYTHONPATH:-}
+for b in ${BUILDS:-}; do
+  name=${b%%=*} tar=${b#*=}
+  mkdir -p /tmp/src_$name && tar xf "$tar" -C /tmp/src_$name
+  (cd /tmp/src_$name && CMAKE_BUILD_PARALLEL_LEVEL=$jobs CMAKE_ARGS="-DMARKBASE_CUDA=ON" \
+    python3 -m pip install --no-build-isolation --no-deps -q --target /tmp/pkg_$name . > $OUT/build_$name.log 2>&1) &
+  BIN[$name]=/tmp/pkg_$name/bin/markbase-bench
+  PYP[$name]=/tmp/pkg_$name
+done
+files=$(for v in ${VARIANTS:?VARIANTS is required}; do f=${v#*:}; echo ${f%%:*}; done | sort -u)
+for f in $files; do
+  case $f in
+    g4-26b-6L) python3 bench/make_synthetic_gguf.py $M/$f.gguf --preset 26b-a4b --layers 6 --type q4_0 > /dev/null & ;;
+    g4-26b-dense-6L) python3 bench/make_synthetic_gguf.py $M/$f.gguf --preset 26b-a4b --layers 6 --type q4_0 \
+                       --dense-equivalent > /dev/null & ;;
+    g4-e4b-6L) python3 bench/make_synthetic_gguf.py $M/$f.gguf --preset e4b --layers 6 --type q4_0 > /dev/null & ;;
+    *) echo "unknown file $f" >> "$R"; exit 1 ;;
+  esac
+done
+wait
+for b in new ${BUILDS:-}; do
+  name=${b%%=*}
+  [ -x "${BIN[$name]}" ] || { echo "build $name failed" >> "$R"; tail -n 30 $OUT/build_$name.log >> "$R"; exit 1; }
+done
+nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> "$R"
+run() {  # run BUILD FILE ENVS [extra env...]: one decode figure (or the probe's lines with extra env)
+  local b=$1 f=$2 envs=$3; shift 3
+  env ${envs//,/ } "$@" PYTHONPATH=${PYP[$b]} ${BIN[$b]} --model $M/$f.gguf --backend cuda --prompt-tokens 512 \
+    --gen-tokens 128 --repeats 3 --json 2>&1
+}
+for round in 1 2 3; do
+  echo "== round $round" >> "$R"
+  for v in $VARIANTS; do
+    b=${v%%:*} rest=${v#*:}; f=${rest%%:*}; envs=""; [ "$rest" != "$f" ] && envs=${rest#*:}
+    printf "%-60s " "$v" >> "$R"
+    run $b $f "X=1,$envs" | grep '^{' | python3 -c \
+      "import json,sys;d=json.loads(sys.stdin.readline());print('decode %.4f ms/token' % (1e3/d['decode_tok_s']))" >> "$R"
+  done
+done
+if [ "${PROBE:-1}" = 1 ]; then
+  for v in $VARIANTS; do
+    b=${v%%:*} rest=${v#*:}; f=${rest%%:*}; envs=""; [ "$rest" != "$f" ] && envs=${rest#*:}
+    echo "== probe $v" >> "$R"
+    run $b $f "X=1,$envs" MARKBASE_CUDA_CHAIN_PROBE=1 MARKBASE_CUDA_TRACE=1 | grep -E "RowChain|chain probe" >> "$R"
+  done
+fi
+cat "$R"
+if [ -n "${TESTS:-}" ]; then
+  timeout 300 python3 -m pytest -q tests/test_cuda_backend.py $TESTS > $OUT/tests.txt 2>&1; tail -n 15 $OUT/tests.txt
+fi

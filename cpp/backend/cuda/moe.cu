@@ -245,9 +245,9 @@ __global__ void __launch_bounds__(kRouterThreads) router_kernel(RouterArgs a) {
 // in its shared memory rp, the chain's ops that the router's input depends on
 // (chain_replay_plan; rn_slot: its slot in rp), then the dot in router_block's order: the same
 // bits as the router's own launch. (The twenty-first session tried router blocks computing the
-// router's input from x and a in registers instead, in two reductions: their own path 3700 SM
+// router's input from x and a in registers instead, in two reductions: their own path 2600 SM
 // cycles shorter, but block 0 waited for their counts, which came after their dot, and decode
-// was no faster in any of four builds, up to 8 % slower; bench/RESULTS.md.)
+// was no faster in any of four builds, up to 6 % slower; bench/RESULTS.md.)
 // Block 0 rewrites rows that the router blocks and the other chain block read (the residual): it
 // stores those (p.held) last, once every other block has counted its reads done (*copied, which
 // it then resets), so that the wait for router blocks that started late (they need SMs the kernel

@@ -1031,8 +1031,7 @@ class CudaBackend : public Backend {
               kernels += cuda::chain_router(cur_, c, router_in, read_later(g, r, rm.a), wref(rm.w),
                                             ro.w2 ? small_f32(ro.w2) : nullptr,
                                             ro.group, ro.k, ptr<float>(st.slots[rm.out]), ptr<float>(st.slots[ro.out]),
-                                            ptr<unsigned>(st.router_counter),
-                                            chain_split_ ? 4 : 1);
+                                            ptr<unsigned>(st.router_counter), chain_split_);
               routed = r + 1;
               chain_routed = r;
             }

@@ -258,19 +258,6 @@ __global__ void __launch_bounds__(kRouterThreads) router_kernel(RouterArgs a) {
 // 13 us against 5.7 alone.
 constexpr int kRouterGroups = kChainThreads / kRouterThreads;
 
-// The last router block's routing by its first warp (lane 0's `last`: its count was the last);
-// resets the counter. Every lane of the warp calls it.
-template <bool PROBE>
-__device__ __forceinline__ void route_if_last(const RouterArgs& r, bool last, const float (&sc)[4], bool sc_early,
-                                              float* p_route, ChainProbe<PROBE>& probe, int probe_ops) {
-  if (!__shfl_sync(0xffffffffu, last, 0)) return;
-  if (r.E <= 128 && r.k <= 32) route_row_reg<4>(r.logits, r.scale, r.E, r.k, r.out, sc, sc_early);
-  else route_row(r.logits, r.scale, r.E, r.k, r.out, p_route);
-  if (threadIdx.x == 0) *r.counter = 0;
-  probe.stamp(kStageRouted);
-  probe.commit(kProbeRouterLast, probe_ops);
-}
-
 // PROBE: chain_probe.cuh's stamps (block 0 and the last router block).
 template <int TYPE, bool PROBE = false>
 __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __grid_constant__ ChainPlan p,
@@ -358,7 +345,14 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
     probe.stamp(kStageCounted);
   }
   __syncthreads();
-  if (threadIdx.x < 32) route_if_last(r, last, sc, sc_early, p_route, probe, rp.c.count);
+  if (!last) return;
+  if (threadIdx.x < 32) {
+    if (reg_route) route_row_reg<4>(r.logits, r.scale, E, k, r.out, sc, sc_early);
+    else route_row(r.logits, r.scale, E, k, r.out, p_route);
+  }
+  if (threadIdx.x == 0) *r.counter = 0;
+  probe.stamp(kStageRouted);
+  probe.commit(kProbeRouterLast, rp.c.count);
 }
 
 struct HostIds {
@@ -969,7 +963,7 @@ ChainPlan chain_replay_plan(const RowChain& c, const float* router_in, int* rn_s
 
 int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool router_in_read,
                  const WeightRef& w, const float* expert_scale, int E, int k, float* logits, float* out,
-                 unsigned* counters, int max_chain_blocks) {
+                 unsigned* counters, bool split) {
   if (!chain_router_fits(c, router_in, w, E)) return 0;
   int rn_slot = 0;
   const ChainPlan rp = chain_replay_plan(c, router_in, &rn_slot);
@@ -988,7 +982,7 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
     }
   }
   ChainPlan p = chain_plan(c0, 0, c0.count);
-  const int chains = chain_split_tail(p, max_chain_blocks);
+  const int chains = split ? chain_split_tail(p) : 1;
   // Block 0 stores last the rows that it rewrites and the router blocks (or the other chain
   // blocks, which copy in all that it does) read.
   for (int slot = 0; slot < p.slots; ++slot) {

@@ -251,28 +251,27 @@ inline ChainPlan chain_plan(const RowChain& c, int first, int count) {
   return p;
 }
 
-// Spreads the norms of the plan's last group over up to max_blocks chain blocks, when that group
-// ends the chain and writes only rows that no block copies in (Gemma 4's MoE layers: the dense
-// MLP's and the experts' input norms of the residual, each with its quantized copy): each block
-// then runs the ops before the group (the same arithmetic; block 0 stores their rows) and its own
-// norms of it, each in a reduction of its own (a norm's sum is the same bits alone as in a group).
-// A norm with its reduction and quantization costs ~1800-3300 SM cycles in one block (chain probe,
-// twentieth session), and the ops before the group, run by every block, are cheaper than the
-// norms taken off block 0. Returns the chain blocks to launch (1: unchanged).
-inline int chain_split_tail(ChainPlan& p, int max_blocks) {
+// Gives each norm of the plan's last group a chain block of its own (at most kNormGroup), when
+// that group ends the chain and writes only rows that no block copies in (Gemma 4's MoE layers:
+// the dense MLP's and the experts' input norms of the residual, each with its quantized copy):
+// each block then runs the ops before the group (the same arithmetic; block 0 stores their rows)
+// and its own norm of it, in a reduction of its own (a norm's sum is the same bits alone as in a
+// group). A norm with its reduction and quantization costs ~1800-3300 SM cycles in one block
+// (chain probe, twentieth session), and the ops before the group, run by every block, are cheaper
+// than the norms taken off block 0. Returns the chain blocks to launch (1: unchanged).
+inline int chain_split_tail(ChainPlan& p) {
   int first = p.c.count;
   while (first > 0 && p.c.op[first - 1].kind == RowOpKind::Norm) --first;
   while (first < p.c.count && p.group[first] == 0) ++first;  // the last group's first norm
   const int g = p.c.count - first;
-  if (g < 2 || max_blocks < 2 || p.group[first] != g) return 1;
+  if (g < 2 || p.group[first] != g) return 1;
   for (int i = first; i < p.c.count; ++i)
     if (p.load[p.out[i]]) return 1;
-  const int blocks = g < max_blocks ? g : max_blocks;
   for (int m = 0; m < g; ++m) {
-    p.owner[first + m] = static_cast<unsigned char>(m % blocks);
+    p.owner[first + m] = static_cast<unsigned char>(m);
     p.group[first + m] = 1;
   }
-  return blocks;
+  return g;
 }
 
 }  // namespace markbase::cuda

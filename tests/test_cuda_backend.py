@@ -441,15 +441,16 @@ def _probe_report(path, ids, env: dict) -> str:
                          ids=["q4_0", "q8_0-narrow", "mixed-types"])
 def test_chain_router_bit_identical(need_cuda, tmp_path, qtype, narrow, mix):
     """Default-mode decode of a Gemma 4 MoE layer runs its router beside the row chain before it,
-    in one launch (chain_router, moe.cu: chain blocks run the chain, the router blocks replay the
-    ops that the router's input depends on), and the dense MLP's gate/up in the experts' gate/up
-    launch (moe_ffn_decode_routed), every part's arithmetic unchanged: the logits and tokens must
-    be bit-identical to the router's own launch after the chain (MARKBASE_CUDA_CHAIN_ROUTER=0),
-    with one kernel a MoE layer fewer, to the dense blocks last in the gate/up launch instead of
-    first (MARKBASE_CUDA_DENSE_GU_FIRST=0), and to the chain in block 0 alone instead of its last
-    norms (the dense MLP's and the experts' inputs) spread over two chain blocks
-    (MARKBASE_CUDA_CHAIN_SPLIT=0). The probe's report shows the router blocks replaying 3 ops
-    and block 0 running 4 (the router-input norm left to the router blocks). The full width
+    in one launch (chain_router, moe.cu), and the dense MLP's gate/up in the experts' gate/up
+    launch (moe_ffn_decode_routed). With the router blocks replaying the chain's ops that the
+    router's input depends on (MARKBASE_CUDA_ROUTER_DIRECT=0), every part's arithmetic is
+    unchanged: the logits and tokens must be bit-identical to the router's own launch after the
+    chain (MARKBASE_CUDA_CHAIN_ROUTER=0), with one kernel a MoE layer fewer, to the dense blocks
+    last in the gate/up launch instead of first (MARKBASE_CUDA_DENSE_GU_FIRST=0), and to the chain
+    in block 0 alone instead of its last norms (the dense MLP's and the experts' inputs) spread
+    over two chain blocks (MARKBASE_CUDA_CHAIN_SPLIT=0). The probe's report shows the router
+    blocks replaying 3 ops and block 0 running 4 (the router-input norm left to the router
+    blocks). The default, the direct form, is test_chain_router_direct's. The full width
     (K = 2816: 3 warps a block both for the experts and the dense MLP) and the narrow one (K = 256:
     1 warp and 2, in blocks of 2 warps); with the dense gate/up in another type than the experts
     the pair is not taken (as many kernels, the same bits)."""
@@ -457,19 +458,65 @@ def test_chain_router_bit_identical(need_cuda, tmp_path, qtype, narrow, mix):
     path, summary, rng = _synthetic(tmp_path, f"26b-cr-{qtype}", preset="26b-a4b", layers=2, vocab=4096, qtype=qtype,
                                     narrow=narrow, tensor_types=types)
     ids = _ids(summary, 12, rng)
-    on = _decode_fingerprint(path, ids, {})
-    last = _decode_fingerprint(path, ids, {"MARKBASE_CUDA_DENSE_GU_FIRST": "0"})
-    apart = _decode_fingerprint(path, ids, {"MARKBASE_CUDA_CHAIN_ROUTER": "0"})
-    alone = _decode_fingerprint(path, ids, {"MARKBASE_CUDA_CHAIN_SPLIT": "0"})
+    replay = {"MARKBASE_CUDA_ROUTER_DIRECT": "0"}
+    on = _decode_fingerprint(path, ids, replay)
+    last = _decode_fingerprint(path, ids, {**replay, "MARKBASE_CUDA_DENSE_GU_FIRST": "0"})
+    apart = _decode_fingerprint(path, ids, {**replay, "MARKBASE_CUDA_CHAIN_ROUTER": "0"})
+    alone = _decode_fingerprint(path, ids, {**replay, "MARKBASE_CUDA_CHAIN_SPLIT": "0"})
     assert on["finite"]
     assert (on["sha"], on["tokens"]) == (apart["sha"], apart["tokens"]) == (last["sha"], last["tokens"])
     assert (alone["sha"], alone["tokens"], alone["kernels"]) == (on["sha"], on["tokens"], on["kernels"])
     fewer = 0 if mix else on["config"]["n_layers"]
     assert on["kernels"] == apart["kernels"] - fewer, (on["kernels"], apart["kernels"])
     if not mix:
-        report = _probe_report(path, ids, {})
+        report = _probe_report(path, ids, replay)
         assert "last router block, 3 ops" in report and "chain_router block 0, 4 ops" in report, report
     path.unlink(missing_ok=True)
+
+
+def _decode_logits(path, ids, env: dict, out) -> dict:
+    """Decodes ids one token at a time (default mode, or precise with env's MB_PRECISE=1) in a
+    subprocess run with env added; saves the logits to `out` (.npy) and returns the kernels a token."""
+    precise = env.get("MB_PRECISE") == "1"
+    code = (f"import markbase, numpy as np, json\n"
+            f"m = markbase.Model.load({str(path)!r}, backend='cuda', prefill_chunk=1, precise={precise}"
+            f"{', kv_cache=' + repr('f32') if precise else ''})\n"
+            f"np.save({str(out)!r}, np.asarray(m.logits({ids!r})))\n"
+            f"list(m.generate_tokens({ids!r}, max_tokens=2, temperature=0.0))\n"
+            "print(json.dumps(dict(kernels=m.stats()['kernels_per_token'])))")
+    return _json_with_env(code, env)
+
+
+@pytest.mark.parametrize("qtype,narrow", [("q4_0", False), ("q8_0", True)], ids=["q4_0", "q8_0-narrow"])
+def test_chain_router_direct(need_cuda, tmp_path, qtype, narrow):
+    """chain_router's default router blocks compute their logits in direct form (RouterDirect,
+    moe.cu): from the residual x and the attention output a as loaded, in one reduction, without
+    forming the router's input (the post-attention norm, the residual add and the router norm
+    folded into scalars). The same values as the replay's (MARKBASE_CUDA_ROUTER_DIRECT=0) to
+    rounding, not the same bits: in precise mode (float activations) the logits within 1e-4, in
+    default mode within the 8-bit path's bound (a rounding flip of one 8-bit activation moves a
+    row by ~1e-3); as many kernels; the probe's report shows the direct router blocks. Against
+    the CPU, default mode is test_q8_decode_default_mode's and precise mode
+    test_chain_router_precise_mode's."""
+    path, summary, rng = _synthetic(tmp_path, f"26b-direct-{qtype}", preset="26b-a4b", layers=2, vocab=4096,
+                                    qtype=qtype, narrow=narrow)
+    ids = _ids(summary, 12, rng)
+    try:
+        for mode in ({}, {"MB_PRECISE": "1"}):
+            d = _decode_logits(path, ids, mode, tmp_path / "direct.npy")
+            r = _decode_logits(path, ids, {**mode, "MARKBASE_CUDA_ROUTER_DIRECT": "0"}, tmp_path / "replay.npy")
+            direct, replay = np.load(tmp_path / "direct.npy"), np.load(tmp_path / "replay.npy")
+            assert np.isfinite(direct).all()
+            assert d["kernels"] == r["kernels"]
+            rows = [rel_err(direct[i], replay[i]) for i in range(len(ids))]
+            bound = 1e-4 if mode else Q8_MAX_REL
+            assert max(rows) < bound, (mode, rows)
+            if not mode:
+                assert float(np.median(rows)) < 1e-2, rows
+        report = _probe_report(path, ids, {})
+        assert "last direct router block, 3 ops" in report and "chain_router block 0, 4 ops" in report, report
+    finally:
+        path.unlink(missing_ok=True)
 
 
 @pytest.mark.parametrize("qtype", ["q4_0", "q8_0"])
@@ -491,29 +538,35 @@ def test_chain_probe_bit_identical(need_cuda, tmp_path, qtype):
 def test_chain_router_precise_mode(need_cuda, tmp_path, monkeypatch, experts, top_k):
     """The router beside the row chain (chain_router) in precise mode, where the experts and the
     dense MLP keep their own launches, on tiny Hugging Face MoE models whose expert counts leave
-    the last router block part empty (4 experts a block): the same logits bit for bit and the same
-    tokens as the two launches one after the other (MARKBASE_CUDA_CHAIN_ROUTER=0), one launch a
-    layer fewer, and as the chain in block 0 alone (MARKBASE_CUDA_CHAIN_SPLIT=0); and against the
-    CPU's precise mode."""
+    the last router block part empty (4 experts a block). With the router blocks replaying the
+    chain's ops (MARKBASE_CUDA_ROUTER_DIRECT=0): the same logits bit for bit and the same tokens as
+    the two launches one after the other (MARKBASE_CUDA_CHAIN_ROUTER=0), one launch a layer fewer,
+    and as the chain in block 0 alone (MARKBASE_CUDA_CHAIN_SPLIT=0). The default direct form: the
+    replay's logits within 1e-5 (float rounding only). Both against the CPU's precise mode."""
     import tiny_gemma
     model = tiny_gemma.build_model("gemma4_moe", seed=11, num_experts=experts, top_k_experts=top_k)
     path = tiny_gemma.save_model(model, str(tmp_path / f"moe-{experts}"))
     rng = np.random.default_rng(experts)
     ids = [2] + [int(x) for x in rng.integers(4, 512, 19)]
     out = {}
-    for name, chain, split in (("chained", "1", "1"), ("alone", "1", "0"), ("apart", "0", "1")):
+    for name, chain, split, direct in (("chained", "1", "1", "0"), ("alone", "1", "0", "0"), ("apart", "0", "1", "0"),
+                                       ("direct", "1", "1", "1")):
         monkeypatch.setenv("MARKBASE_CUDA_CHAIN_ROUTER", chain)
         monkeypatch.setenv("MARKBASE_CUDA_CHAIN_SPLIT", split)
+        monkeypatch.setenv("MARKBASE_CUDA_ROUTER_DIRECT", direct)
         m = markbase.Model.load(path, backend="cuda", precise=True, kv_cache="f32", prefill_chunk=1)
         out[name] = (np.asarray(m.logits(ids)), _greedy(m, ids, 6), m.stats()["kernels_per_token"])
         del m
     for name in ("alone", "apart"):
         assert np.array_equal(out["chained"][0], out[name][0]), name
         assert out["chained"][1] == out[name][1], name
-    assert out["chained"][2] == out["alone"][2] < out["apart"][2]
+    assert out["chained"][2] == out["alone"][2] == out["direct"][2] < out["apart"][2]
+    assert rel_err(out["direct"][0], out["chained"][0]) < 1e-5
     cpu = markbase.Model.load(path, backend="cpu", precise=True, kv_cache="f32", prefill_chunk=1)
-    assert rel_err(out["chained"][0], np.asarray(cpu.logits(ids))) < MAX_REL
-    assert out["chained"][1] == _greedy(cpu, ids, 6)
+    want, toks = np.asarray(cpu.logits(ids)), _greedy(cpu, ids, 6)
+    for name in ("chained", "direct"):
+        assert rel_err(out[name][0], want) < MAX_REL, name
+        assert out[name][1] == toks, name
 
 
 @pytest.mark.parametrize("vocab", [4096, 65541], ids=["rows", "tall"])

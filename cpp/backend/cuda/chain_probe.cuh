@@ -12,11 +12,11 @@ namespace markbase::cuda {
 // cycles from its block's start to each stage, so that a chain's time on the critical path (the
 // trace's) can be split into its parts. Each translation unit has its own table (no relocatable
 // device code); chain_probe_print prints it.
-enum ChainProbeKind { kProbeRowChain, kProbeRouterChain, kProbeRouterLast, kProbeKinds };
+enum ChainProbeKind { kProbeRowChain, kProbeRouterChain, kProbeRouterLast, kProbeRouterDirect, kProbeKinds };
 enum ChainProbeStage {
   kStagePreWait,   // the weights' copies issued, before the PDL wait
   kStageWaited,    // past the wait
-  kStageLoaded,    // the rows in shared memory
+  kStageLoaded,    // the rows in shared memory (a direct router block: its rows read and counted)
   kStageOp0,       // after op i: kStageOp0 + i
   kStageHeld = kStageOp0 + kMaxRowOps,  // chain_router's block 0: the router blocks' copies counted
   kStageDot,       // a router block: its logits stored
@@ -62,7 +62,8 @@ struct ChainProbe {
 static void chain_probe_print(const char* tag) {
   ChainProbeTable h{};
   if (cudaMemcpyFromSymbol(&h, mb_chain_probe, sizeof(h)) != cudaSuccess) return;
-  static const char* kinds[] = {"row_chain", "chain_router block 0", "chain_router last router block"};
+  static const char* kinds[] = {"row_chain", "chain_router block 0", "chain_router last router block",
+                                "chain_router last direct router block"};
   static const char* stages[] = {"pre-wait", "waited", "loaded", "op0", "op1", "op2", "op3", "op4", "op5", "op6",
                                  "op7", "held", "dot", "counted", "routed", "end"};
   static_assert(sizeof(stages) / sizeof(stages[0]) == kProbeStages, "stage names");

@@ -27,6 +27,9 @@
 //    MoE layer's dense MLP in its own launches (on the second stream) instead of in the router's
 //    and the experts' (cuda::moe_ffn_decode; bit-identical); MARKBASE_CUDA_CHAIN_ROUTER=0 launches a
 //    MoE router after the row chain before it instead of beside it (cuda::chain_router; bit-identical).
+//    MARKBASE_CUDA_ROUTER_DIRECT=0: chain_router's router blocks replay the chain's ops instead of
+//    computing their logits in direct form (bit-identical to the router's own launch; the direct
+//    form is the same to rounding).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -240,6 +243,7 @@ class CudaBackend : public Backend {
     moe_dense_ = env_flag("MARKBASE_CUDA_MOE_DENSE", true);
     chain_router_ = env_flag("MARKBASE_CUDA_CHAIN_ROUTER", true);
     chain_split_ = env_flag("MARKBASE_CUDA_CHAIN_SPLIT", true);
+    router_direct_ = env_flag("MARKBASE_CUDA_ROUTER_DIRECT", true);
     streams_ = env_flag("MARKBASE_CUDA_STREAMS", true) && !trace_;  // the trace is one stream's order
     int8_prefill_ = env_flag("MARKBASE_CUDA_INT8_PREFILL", true) && !opt_.precise;
     attn_tc_ = env_flag("MARKBASE_CUDA_ATTN_TC", true);
@@ -1031,7 +1035,8 @@ class CudaBackend : public Backend {
               kernels += cuda::chain_router(cur_, c, router_in, read_later(g, r, rm.a), wref(rm.w),
                                             ro.w2 ? small_f32(ro.w2) : nullptr,
                                             ro.group, ro.k, ptr<float>(st.slots[rm.out]), ptr<float>(st.slots[ro.out]),
-                                            ptr<unsigned>(st.router_counter), chain_split_);
+                                            ptr<unsigned>(st.router_counter), chain_split_,
+                                            router_direct_);
               routed = r + 1;
               chain_routed = r;
             }
@@ -1307,6 +1312,7 @@ class CudaBackend : public Backend {
   bool moe_dense_ = true;  // MARKBASE_CUDA_MOE_DENSE=0: the dense MLP of a MoE layer in its own launches
   bool chain_router_ = true;  // MARKBASE_CUDA_CHAIN_ROUTER=0: a MoE router in its own launch after the row chain
   bool chain_split_ = true;  // MARKBASE_CUDA_CHAIN_SPLIT=0: chain_router's chain in block 0 alone
+  bool router_direct_ = true;  // MARKBASE_CUDA_ROUTER_DIRECT=0: chain_router's router blocks replay the chain
   bool streams_ = true;  // MARKBASE_CUDA_STREAMS=0: every step on one stream
   bool attn_tc_ = true;  // default-mode prefill attention on the tensor cores (attention_tc.cu)
   bool capturing_ = false;           // encode() is recording into a CUDA graph

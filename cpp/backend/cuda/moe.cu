@@ -9,6 +9,7 @@
 //    expert's weights are read once per tile of its tokens.
 #include <algorithm>
 #include <stdexcept>
+#include <type_traits>
 
 #include "backend/cuda/fast_dot.cuh"
 #include "backend/cuda/q8.cuh"
@@ -241,13 +242,13 @@ __global__ void __launch_bounds__(kRouterThreads) router_kernel(RouterArgs a) {
 // last norms) run the chain p (row_chain.cuh), writing its rows. Every other block computes
 // kRouterGroups experts' logits from the chain's inputs, writing nothing else; the last router
 // block to finish routes. So the router's step leaves the layer's critical path: it no longer
-// waits for the chain's launch to end, nor the experts for the router's. A router block replays
-// in its shared memory rp, the chain's ops that the router's input depends on
+// waits for the chain's launch to end, nor the experts for the router's. A router block either
+// computes its logits in direct form (RouterDirect, below: the default where the chain allows)
+// or replays in its shared memory rp, the chain's ops that the router's input depends on
 // (chain_replay_plan; rn_slot: its slot in rp), then the dot in router_block's order: the same
-// bits as the router's own launch. (The twenty-first session tried router blocks computing the
-// router's input from x and a in registers instead, in two reductions: their own path 2600 SM
-// cycles shorter, but block 0 waited for their counts, which came after their dot, and decode
-// was no faster in any of four builds, up to 6 % slower; bench/RESULTS.md.)
+// bits as the router's own launch. (The twenty-first session's direct form, the router's input
+// in registers in two reductions, counted its reads after its dot, and block 0 waited for that
+// count: no faster in any of four builds; bench/RESULTS.md. This one counts them before.)
 // Block 0 rewrites rows that the router blocks and the other chain block read (the residual): it
 // stores those (p.held) last, once every other block has counted its reads done (*copied, which
 // it then resets), so that the wait for router blocks that started late (they need SMs the kernel
@@ -258,12 +259,127 @@ __global__ void __launch_bounds__(kRouterThreads) router_kernel(RouterArgs a) {
 // 13 us against 5.7 alone.
 constexpr int kRouterGroups = kChainThreads / kRouterThreads;
 
-// PROBE: chain_probe.cuh's stamps (block 0 and the last router block).
-template <int TYPE, bool PROBE = false>
+// chain_router's router blocks in direct form: the router's input rn = norm(h) * wr of the residual
+// h = x + norm(a) * wa (the post-attention norm and the residual add: the chain ops that the router
+// replay plan holds, chain_direct_form) is never formed. Its logits are linear in h, and both norms
+// only scale: with y = wa * a, r_a = 1 / sqrt(sum(a^2) / n + eps_a) and
+// sum(h^2) = sum(x^2) + 2 r_a sum(x y) + r_a^2 sum(y^2), logit_e = r_h (P_e + r_a Q_e) where
+// P_e = sum(W_e wr x) and Q_e = sum(W_e wr y). Every sum comes from x and a as loaded, so the
+// block needs one reduction (of 4 + 2 * kRouterGroups values) after one round of loads, where the
+// replay copies x and a into shared memory and runs three ops with two reductions before its dot.
+// H200, 6-layer 26B-A4B file (bench/RESULTS.md, twenty-second session): the last router block's
+// dot 4950 SM cycles after its wait against 7930, the launch 7.9 us against 9.0 (trace), decode
+// 2.7 % faster. Two things that did not help: using the router rows before the wait (the block
+// then waits ~6000 cycles for them: no gain), and block 0 prefetching the rows to L2 (the issue
+// of 1.4 MB of prefetches held it ~12 000 cycles: 1.3 % slower than none).
+// The same value as the replay's to rounding, not the same bits: tests compare it with the
+// replay and the CPU within bounds.
+struct RouterDirect {
+  const float* a;   // the attention output, before its norm
+  const float* wa;  // its norm's weight (null: ones)
+  const float* x;   // the residual before the add
+  const float* wr;  // the router input norm's weight (null: ones)
+  float eps_a, eps_r;
+  bool on;          // false: the router blocks replay the chain's ops instead
+};
+constexpr int kDirectVec = kChainMaxN / 4 / kChainThreads;  // float4s a thread of a row
+constexpr int kDirectSums = 4 + 2 * kRouterGroups;
+
+__device__ __forceinline__ float4 mul4(float4 a, float4 b) {
+  return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w);
+}
+
+// A router block's kRouterGroups logits (experts e0 ..) in direct form, into lg (shared memory);
+// counts its reads of the chain's rows done on *copied (block 0 rewrites them). n4: float4s a row.
+template <int TYPE, bool PROBE>
+__device__ __forceinline__ void direct_router_logits(const RouterDirect& d, const WeightRef& w, int E, int e0,
+                                                     int n4, unsigned* copied, float* lg, ChainProbe<PROBE>& probe) {
+  __shared__ float part[kDirectSums][kChainWarps];
+  __shared__ float tot[kDirectSums];
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  const float4 one = make_float4(1.0f, 1.0f, 1.0f, 1.0f), zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  // Issued before the wait (weights, which no kernel writes), used after it: the block's router
+  // rows and the two norm weights. Using them here would hold the block until they land (float
+  // rows: plain loads; half rows are converted here). The whole block strides over the row once
+  // (not each group of kRouterThreads over it), so each thread loads kDirectVec float4s of x and
+  // of a after the wait.
+  float4 wv[kRouterGroups][kDirectVec], wr4[kDirectVec], wa4[kDirectVec];
+#pragma unroll
+  for (int c = 0; c < kDirectVec; ++c) {
+    const int j = t + kChainThreads * c;
+    const bool in = j < n4;
+    wr4[c] = in && d.wr ? reinterpret_cast<const float4*>(d.wr)[j] : one;
+    wa4[c] = in && d.wa ? reinterpret_cast<const float4*>(d.wa)[j] : one;
+#pragma unroll
+    for (int g = 0; g < kRouterGroups; ++g) {
+      const int e = e0 + g;
+      wv[g][c] = in && e < E ? w4<TYPE>(w.data + static_cast<size_t>(e) * w.row_bytes, 4 * j, w.K) : zero;
+    }
+  }
+  probe.stamp(kStagePreWait);
+  pdl_wait();
+  probe.stamp(kStageWaited);
+  // sum(a^2), sum(x^2), sum(x y), sum(y^2), then P and Q of each group
+  float sum[kDirectSums] = {};
+  float4 xr[kDirectVec], yr[kDirectVec];  // wr x, wr y
+#pragma unroll
+  for (int c = 0; c < kDirectVec; ++c) {
+    const int j = t + kChainThreads * c;
+    xr[c] = yr[c] = zero;
+    if (j >= n4) continue;
+    const float4 x = __ldcg(reinterpret_cast<const float4*>(d.x) + j);  // written by the kernel before
+    const float4 a = __ldcg(reinterpret_cast<const float4*>(d.a) + j);
+    const float4 y = mul4(wa4[c], a);
+    sum[0] += dot4(a, a);
+    sum[1] += dot4(x, x);
+    sum[2] += dot4(x, y);
+    sum[3] += dot4(y, y);
+    xr[c] = mul4(wr4[c], x);
+    yr[c] = mul4(wr4[c], y);
+  }
+  // Every thread has used its x and a: block 0 may overwrite those rows now, even while this
+  // block's router rows are still on their way.
+  __syncthreads();
+  if (t == 0) red_add_release(copied, 1u);
+  probe.stamp(kStageLoaded);
+#pragma unroll
+  for (int c = 0; c < kDirectVec; ++c) {
+#pragma unroll
+    for (int g = 0; g < kRouterGroups; ++g) {
+      sum[4 + 2 * g] += dot4(wv[g][c], xr[c]);
+      sum[5 + 2 * g] += dot4(wv[g][c], yr[c]);
+    }
+  }
+#pragma unroll
+  for (int v = 0; v < kDirectSums; ++v) {
+    const float r = warp_sum(sum[v]);
+    if (lane == 0) part[v][warp] = r;
+  }
+  __syncthreads();
+  if (t < kDirectSums) {
+    float v = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kChainWarps; ++i) v += part[t][i];
+    tot[t] = v;
+  }
+  __syncthreads();
+  if (t < kRouterGroups) {
+    const float n = 4.0f * n4;
+    const float ra = 1.0f / sqrtf(tot[0] / n + d.eps_a);
+    const float hh = fmaxf(tot[1] + 2.0f * ra * tot[2] + ra * ra * tot[3], 0.0f);  // sum(h^2)
+    const float rh = 1.0f / sqrtf(hh / n + d.eps_r);
+    lg[t] = rh * (tot[4 + 2 * t] + ra * tot[5 + 2 * t]);
+  }
+  __syncthreads();
+}
+
+// PROBE: chain_probe.cuh's stamps (block 0 and the last router block). DIRECT: the router blocks
+// in direct form (d), else they replay rp.
+template <int TYPE, bool PROBE = false, bool DIRECT = false>
 __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __grid_constant__ ChainPlan p,
                                                                      const __grid_constant__ ChainPlan rp,
                                                                      int rn_slot, int chains, RouterArgs r,
-                                                                     unsigned* copied) {
+                                                                     unsigned* copied, RouterDirect d) {
   extern __shared__ float4 sm[];  // p.slots rows of p.n4 float4s (rp has fewer)
   __shared__ float p_route[kMaxExperts];
   __shared__ float part[kChainWarps];
@@ -295,47 +411,52 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
     return;
   }
   const int e0 = (blk - chains) * kRouterGroups;
-  const int grp = threadIdx.x / kRouterThreads, gt = threadIdx.x % kRouterThreads, lane = threadIdx.x & 31;
-  const int e = e0 + grp;
   const WeightRef& w = r.w;
   const int E = r.E, k = r.k;
-  // Before the wait (weights, which no kernel writes): this group's router row in registers (the
-  // launcher checked K <= kRouterThreads * 4 * kRouterVec) and the first warp's per-expert scales,
-  // as router_block loads them.
-  float4 wv[kRouterVec];
+  // Before the wait (weights, which no kernel writes): the first warp's per-expert scales, as
+  // router_block loads them.
   const bool reg_route = E <= 128 && k <= 32;
   float sc[4];
   const bool sc_early = r.scale_early && r.scale && reg_route && threadIdx.x < 32;
-  const mb_u8* row = w.data + static_cast<size_t>(e < E ? e : 0) * w.row_bytes;
-#pragma unroll
-  for (int c = 0; c < kRouterVec; ++c) {
-    const int i = (gt + kRouterThreads * c) * 4;
-    wv[c] = e < E && i < w.K ? w4<TYPE>(row, i, w.K) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  }
   if (sc_early) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) sc[i] = threadIdx.x + 32 * i < E ? r.scale[threadIdx.x + 32 * i] : 1.0f;
   }
-  chain_load_all(rp, sm, probe);
-  __syncthreads();  // every thread's copies have landed: block 0 may overwrite those rows now
-  if (threadIdx.x == 0) red_add_release(copied, 1u);
-  run_chain<true>(rp, sm, rp.c.count, false, 0, after_op);
-  __syncthreads();  // the dot below reads other threads' float4s of the router's input
-  const float4* x = sm + rn_slot * rp.n4;
-  float acc = 0.0f;
+  if constexpr (DIRECT) {
+    direct_router_logits<TYPE>(d, w, E, e0, rp.n4, copied, lg, probe);
+  } else {
+    const int grp = threadIdx.x / kRouterThreads, gt = threadIdx.x % kRouterThreads, lane = threadIdx.x & 31;
+    const int e = e0 + grp;
+    // Before the wait: this group's router row in registers (the launcher checked
+    // K <= kRouterThreads * 4 * kRouterVec).
+    float4 wv[kRouterVec];
+    const mb_u8* row = w.data + static_cast<size_t>(e < E ? e : 0) * w.row_bytes;
 #pragma unroll
-  for (int c = 0; c < kRouterVec; ++c) {
-    const int i = gt + kRouterThreads * c;
-    if (i * 4 < w.K) acc += dot4(wv[c], x[i]);
-  }
-  // block_sum's order over each group's kRouterThreads threads
-  acc = warp_sum(acc);
-  if (lane == 0) part[threadIdx.x >> 5] = acc;
-  __syncthreads();
-  if (gt < 32) {
-    constexpr int kGroupWarps = kRouterThreads / 32;
-    const float v = warp_sum(gt < kGroupWarps ? part[grp * kGroupWarps + gt] : 0.0f);
-    if (gt == 0) lg[grp] = v;
+    for (int c = 0; c < kRouterVec; ++c) {
+      const int i = (gt + kRouterThreads * c) * 4;
+      wv[c] = e < E && i < w.K ? w4<TYPE>(row, i, w.K) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    chain_load_all(rp, sm, probe);
+    __syncthreads();  // every thread's copies have landed: block 0 may overwrite those rows now
+    if (threadIdx.x == 0) red_add_release(copied, 1u);
+    run_chain<true>(rp, sm, rp.c.count, false, 0, after_op);
+    __syncthreads();  // the dot below reads other threads' float4s of the router's input
+    const float4* x = sm + rn_slot * rp.n4;
+    float acc = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kRouterVec; ++c) {
+      const int i = gt + kRouterThreads * c;
+      if (i * 4 < w.K) acc += dot4(wv[c], x[i]);
+    }
+    // block_sum's order over each group's kRouterThreads threads
+    acc = warp_sum(acc);
+    if (lane == 0) part[threadIdx.x >> 5] = acc;
+    __syncthreads();
+    if (gt < 32) {
+      constexpr int kGroupWarps = kRouterThreads / 32;
+      const float v = warp_sum(gt < kGroupWarps ? part[grp * kGroupWarps + gt] : 0.0f);
+      if (gt == 0) lg[grp] = v;
+    }
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -352,7 +473,7 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
   }
   if (threadIdx.x == 0) *r.counter = 0;
   probe.stamp(kStageRouted);
-  probe.commit(kProbeRouterLast, rp.c.count);
+  probe.commit(DIRECT ? kProbeRouterDirect : kProbeRouterLast, rp.c.count);
 }
 
 struct HostIds {
@@ -959,11 +1080,27 @@ ChainPlan chain_replay_plan(const RowChain& c, const float* router_in, int* rn_s
   *rn_slot = rp.out[sub.count - 1];
   return rp;
 }
+
+// The direct form of the router's input (RouterDirect) when the replay plan is its three ops: a
+// norm of a, the residual add of its output to x, and the router input's norm of the sum (Gemma 4's
+// MoE layers); off otherwise.
+RouterDirect chain_direct_form(const ChainPlan& rp) {
+  RouterDirect d{};
+  const RowOp* o = rp.c.op;
+  if (rp.c.count != 3 || o[0].kind != RowOpKind::Norm || o[1].kind != RowOpKind::Add ||
+      o[2].kind != RowOpKind::Norm || o[2].a != o[1].out)
+    return d;
+  const bool a_first = o[1].a == o[0].out;
+  if (!a_first && o[1].b != o[0].out) return d;
+  const float* x = a_first ? o[1].b : o[1].a;
+  if (x == o[0].out || x == o[0].a) return d;
+  return RouterDirect{o[0].a, o[0].w, x, o[2].w, o[0].f, o[2].f, true};
+}
 }  // namespace
 
 int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool router_in_read,
                  const WeightRef& w, const float* expert_scale, int E, int k, float* logits, float* out,
-                 unsigned* counters, bool split) {
+                 unsigned* counters, bool split, bool direct) {
   if (!chain_router_fits(c, router_in, w, E)) return 0;
   int rn_slot = 0;
   const ChainPlan rp = chain_replay_plan(c, router_in, &rn_slot);
@@ -995,22 +1132,25 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
   const size_t smem = static_cast<size_t>(p.slots) * p.n4 * 16;
   const int grid = chains + (E + kRouterGroups - 1) / kRouterGroups;
   const RouterArgs r{w, router_in, expert_scale, E, k, logits, out, counters, router_scale_early()};
+  const RouterDirect d = direct ? chain_direct_form(rp) : RouterDirect{};
   auto launch = [&](auto kernel) {
     static const bool setup = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(kChainSmem)) == cudaSuccess;
     (void)setup;
-    enqueue(kernel, grid, kChainThreads, smem, s, p, rp, rn_slot, chains, r, counters + 1);
+    enqueue(kernel, grid, kChainThreads, smem, s, p, rp, rn_slot, chains, r, counters + 1, d);
     return 1;
   };
   // Float routers only (GGUF files keep the router in F32, Hugging Face directories in BF16).
-  if (chain_probe()) {
-    if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32, true>);
-    if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16, true>);
-    return launch(chain_router_kernel<MB_BF16, true>);
-  }
-  if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32>);
-  if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16>);
-  return launch(chain_router_kernel<MB_BF16>);
+  auto typed = [&](auto probe, auto direct) {
+    constexpr bool P = decltype(probe)::value, D = decltype(direct)::value;
+    if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32, P, D>);
+    if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16, P, D>);
+    return launch(chain_router_kernel<MB_BF16, P, D>);
+  };
+  using Yes = std::true_type;
+  using No = std::false_type;
+  if (chain_probe()) return d.on ? typed(Yes{}, Yes{}) : typed(Yes{}, No{});
+  return d.on ? typed(No{}, Yes{}) : typed(No{}, No{});
 }
 
 int moe_router(cudaStream_t s, const WeightRef& w, const float* x, const float* scale, int E, int k,

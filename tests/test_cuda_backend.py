@@ -487,32 +487,37 @@ def _decode_logits(path, ids, env: dict, out) -> dict:
     return _json_with_env(code, env)
 
 
+def _close_to_variant(path, ids, env: dict, tmp_path) -> None:
+    """Decodes ids with the defaults and with env added, in default mode and in precise mode: as
+    many kernels; the logits within 1e-4 in precise mode (float activations: rounding only), within
+    the 8-bit path's bound in default mode (a rounding flip of one 8-bit activation moves a row by
+    ~1e-3), with a median row under 1e-2."""
+    for mode in ({}, {"MB_PRECISE": "1"}):
+        d = _decode_logits(path, ids, mode, tmp_path / "default.npy")
+        r = _decode_logits(path, ids, {**mode, **env}, tmp_path / "variant.npy")
+        got, want = np.load(tmp_path / "default.npy"), np.load(tmp_path / "variant.npy")
+        assert np.isfinite(got).all()
+        assert d["kernels"] == r["kernels"]
+        rows = [rel_err(got[i], want[i]) for i in range(len(ids))]
+        assert max(rows) < (1e-4 if mode else Q8_MAX_REL), (env, mode, rows)
+        if not mode:
+            assert float(np.median(rows)) < 1e-2, (env, rows)
+
+
 @pytest.mark.parametrize("qtype,narrow", [("q4_0", False), ("q8_0", True)], ids=["q4_0", "q8_0-narrow"])
 def test_chain_router_direct(need_cuda, tmp_path, qtype, narrow):
     """chain_router's default router blocks compute their logits in direct form (RouterDirect,
     moe.cu): from the residual x and the attention output a as loaded, in one reduction, without
     forming the router's input (the post-attention norm, the residual add and the router norm
     folded into scalars). The same values as the replay's (MARKBASE_CUDA_ROUTER_DIRECT=0) to
-    rounding, not the same bits: in precise mode (float activations) the logits within 1e-4, in
-    default mode within the 8-bit path's bound (a rounding flip of one 8-bit activation moves a
-    row by ~1e-3); as many kernels; the probe's report shows the direct router blocks. Against
-    the CPU, default mode is test_q8_decode_default_mode's and precise mode
-    test_chain_router_precise_mode's."""
+    rounding, not the same bits (_close_to_variant's bounds); the probe's report shows the direct
+    router blocks. Against the CPU, default mode is test_q8_decode_default_mode's and precise
+    mode test_chain_router_precise_mode's."""
     path, summary, rng = _synthetic(tmp_path, f"26b-direct-{qtype}", preset="26b-a4b", layers=2, vocab=4096,
                                     qtype=qtype, narrow=narrow)
     ids = _ids(summary, 12, rng)
     try:
-        for mode in ({}, {"MB_PRECISE": "1"}):
-            d = _decode_logits(path, ids, mode, tmp_path / "direct.npy")
-            r = _decode_logits(path, ids, {**mode, "MARKBASE_CUDA_ROUTER_DIRECT": "0"}, tmp_path / "replay.npy")
-            direct, replay = np.load(tmp_path / "direct.npy"), np.load(tmp_path / "replay.npy")
-            assert np.isfinite(direct).all()
-            assert d["kernels"] == r["kernels"]
-            rows = [rel_err(direct[i], replay[i]) for i in range(len(ids))]
-            bound = 1e-4 if mode else Q8_MAX_REL
-            assert max(rows) < bound, (mode, rows)
-            if not mode:
-                assert float(np.median(rows)) < 1e-2, rows
+        _close_to_variant(path, ids, {"MARKBASE_CUDA_ROUTER_DIRECT": "0"}, tmp_path)
         report = _probe_report(path, ids, {})
         assert "last direct router block, 3 ops" in report and "chain_router block 0, 4 ops" in report, report
     finally:

@@ -282,7 +282,6 @@ struct RouterDirect {
   float eps_a, eps_r;
   bool on;          // false: the router blocks replay the chain's ops instead
 };
-constexpr int kDirectVec = kChainMaxN / 4 / kChainThreads;  // float4s a thread of a row
 constexpr int kDirectSums = 4 + 2 * kRouterGroups;
 
 __device__ __forceinline__ float4 mul4(float4 a, float4 b) {
@@ -301,11 +300,11 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
   // Issued before the wait (weights, which no kernel writes), used after it: the block's router
   // rows and the two norm weights. Using them here would hold the block until they land (float
   // rows: plain loads; half rows are converted here). The whole block strides over the row once
-  // (not each group of kRouterThreads over it), so each thread loads kDirectVec float4s of x and
+  // (not each group of kRouterThreads over it), so each thread loads kChainVec float4s of x and
   // of a after the wait.
-  float4 wv[kRouterGroups][kDirectVec], wr4[kDirectVec], wa4[kDirectVec];
+  float4 wv[kRouterGroups][kChainVec], wr4[kChainVec], wa4[kChainVec];
 #pragma unroll
-  for (int c = 0; c < kDirectVec; ++c) {
+  for (int c = 0; c < kChainVec; ++c) {
     const int j = t + kChainThreads * c;
     const bool in = j < n4;
     wr4[c] = in && d.wr ? reinterpret_cast<const float4*>(d.wr)[j] : one;
@@ -321,9 +320,9 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
   probe.stamp(kStageWaited);
   // sum(a^2), sum(x^2), sum(x y), sum(y^2), then P and Q of each group
   float sum[kDirectSums] = {};
-  float4 xr[kDirectVec], yr[kDirectVec];  // wr x, wr y
+  float4 xr[kChainVec], yr[kChainVec];  // wr x, wr y
 #pragma unroll
-  for (int c = 0; c < kDirectVec; ++c) {
+  for (int c = 0; c < kChainVec; ++c) {
     const int j = t + kChainThreads * c;
     xr[c] = yr[c] = zero;
     if (j >= n4) continue;
@@ -343,7 +342,7 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
   if (t == 0) red_add_release(copied, 1u);
   probe.stamp(kStageLoaded);
 #pragma unroll
-  for (int c = 0; c < kDirectVec; ++c) {
+  for (int c = 0; c < kChainVec; ++c) {
 #pragma unroll
     for (int g = 0; g < kRouterGroups; ++g) {
       sum[4 + 2 * g] += dot4(wv[g][c], xr[c]);
@@ -1104,8 +1103,8 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
   if (!chain_router_fits(c, router_in, w, E)) return 0;
   int rn_slot = 0;
   const ChainPlan rp = chain_replay_plan(c, router_in, &rn_slot);
-  // The router blocks compute the router's input themselves (the replay): the chain blocks leave
-  // out the op writing its row when nothing else reads it (no later op of the chain, nor,
+  // The router blocks compute the router's input themselves (replayed, or folded into the direct
+  // form's sums): the chain blocks leave out the op writing its row when nothing else reads it (no later op of the chain, nor,
   // router_in_read false, any op after the chain but the router).
   RowChain c0 = c;
   if (!router_in_read) {

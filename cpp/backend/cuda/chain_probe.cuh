@@ -22,6 +22,10 @@ enum ChainProbeStage {
   kStageDot,       // a router block: its logits stored
   kStageCounted,   // a router block: past its count (the last one knows it is last)
   kStageRouted,    // the last router block: the route written
+  kStageWeights,   // a chain block: its norm weights' copies landed (issued before the wait)
+  kStageXA,        // a direct router block: its loads of x and a landed
+  kStageNormW,     // a direct router block: its norm weights landed (issued before the wait)
+  kStageRows,      // a direct router block: its router rows landed (issued before the wait)
   kStageEnd,       // the block's last instruction
   kProbeStages
 };
@@ -41,6 +45,19 @@ struct ChainProbe {
   __device__ __forceinline__ void stamp(int stage) {
     if constexpr (PROBE) {
       if (threadIdx.x == 0) t[stage] = clock64() - t0;
+    }
+  }
+  // The stamp once v has landed: an instruction that reads v holds the thread until its load
+  // returns (an empty asm would not), and the clock is read after it (both volatile, so in order).
+  __device__ __forceinline__ void stamp_after(int stage, float v) {
+    if constexpr (PROBE) {
+      if (threadIdx.x == 0) {
+        unsigned u;
+        asm volatile("mov.b32 %0, %1;" : "=r"(u) : "f"(v));
+        long long c;
+        asm volatile("mov.u64 %0, %%clock64;" : "=l"(c) : "r"(u));
+        t[stage] = c - t0;
+      }
     }
   }
   // Adds the stamps taken to the table's row (kind, ops).
@@ -65,7 +82,8 @@ static void chain_probe_print(const char* tag) {
   static const char* kinds[] = {"row_chain", "chain_router block 0", "chain_router last router block",
                                 "chain_router last direct router block"};
   static const char* stages[] = {"pre-wait", "waited", "loaded", "op0", "op1", "op2", "op3", "op4", "op5", "op6",
-                                 "op7", "held", "dot", "counted", "routed", "end"};
+                                 "op7", "held", "dot", "counted", "routed", "weights landed", "x,a landed",
+                                 "norm weights landed", "router rows landed", "end"};
   static_assert(sizeof(stages) / sizeof(stages[0]) == kProbeStages, "stage names");
   for (int k = 0; k < kProbeKinds; ++k)
     for (int n = 0; n <= kMaxRowOps; ++n) {

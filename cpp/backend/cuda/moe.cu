@@ -321,13 +321,29 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
   // sum(a^2), sum(x^2), sum(x y), sum(y^2), then P and Q of each group
   float sum[kDirectSums] = {};
   float4 xr[kChainVec], yr[kChainVec];  // wr x, wr y
+  float4 xs[kChainVec], as[kChainVec];
+#pragma unroll
+  for (int c = 0; c < kChainVec; ++c) {
+    const int j = t + kChainThreads * c;
+    xs[c] = as[c] = zero;
+    if (j >= n4) continue;
+    xs[c] = __ldcg(reinterpret_cast<const float4*>(d.x) + j);  // written by the kernel before
+    as[c] = __ldcg(reinterpret_cast<const float4*>(d.a) + j);
+  }
+  if constexpr (PROBE) {  // when each kind of load lands (thread 0's)
+    probe.stamp_after(kStageXA, xs[0].x + as[0].x + xs[kChainVec - 1].w + as[kChainVec - 1].w);
+    probe.stamp_after(kStageNormW, wr4[0].x + wa4[0].x + wr4[kChainVec - 1].w + wa4[kChainVec - 1].w);
+    float r = 0.0f;
+#pragma unroll
+    for (int g = 0; g < kRouterGroups; ++g) r += wv[g][0].x + wv[g][kChainVec - 1].w;
+    probe.stamp_after(kStageRows, r);
+  }
 #pragma unroll
   for (int c = 0; c < kChainVec; ++c) {
     const int j = t + kChainThreads * c;
     xr[c] = yr[c] = zero;
     if (j >= n4) continue;
-    const float4 x = __ldcg(reinterpret_cast<const float4*>(d.x) + j);  // written by the kernel before
-    const float4 a = __ldcg(reinterpret_cast<const float4*>(d.a) + j);
+    const float4 x = xs[c], a = as[c];
     const float4 y = mul4(wa4[c], a);
     sum[0] += dot4(a, a);
     sum[1] += dot4(x, x);

@@ -71,6 +71,10 @@ __device__ __forceinline__ void chain_load_all(const ChainPlan& p, float4* sm, C
   pdl_wait();
   probe.stamp(kStageWaited);
   chain_load(p, sm, false);
+  if constexpr (PROBE) {  // the weights' group first: whether they or the rows come last
+    cp_async_wait<1>();
+    probe.stamp(kStageWeights);
+  }
   cp_async_wait<0>();
   probe.stamp(kStageLoaded);
 }

@@ -8,7 +8,7 @@ struct EmbedArgs { int type, n, row_bytes, out_stride; float scale; };
 
 // RmsNorm over groups of `group` columns of `n`; has_weight: multiply by w. In the fused
 // norm-add form out2 += norm(a) (the normalised row is also written back to out).
-struct NormArgs { int n, group, a_stride, out_stride, out2_stride, has_weight; float eps; };
+struct NormArgs { int n, group, a_stride, out_stride, out2_stride, has_weight; float eps; int res_stride; };
 
 // Elementwise ops over rows x n (GeluMul reads b from column b_col).
 struct EltArgs { int n, a_stride, b_stride, out_stride, b_col, rows; float f; };

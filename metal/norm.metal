@@ -34,13 +34,14 @@ kernel void rms_norm(constant NormArgs& args [[buffer(0)]],
   for (int j = int(tid); j < g; j += int(ntg)) y[j] = args.has_weight ? (x[j] * r) * w[j] : x[j] * r;
 }
 
-// The residual add fused with the norm before it: out2[t] += (out[t] = norm(a[t]) * w).
-// Grid: (1, rows) threadgroups (one group per row).
+// The residual add fused with the norm before it: out2[t] = res[t] + (out[t] = norm(a[t]) * w)
+// (res may be out2: the add in place). Grid: (1, rows) threadgroups (one group per row).
 kernel void rms_norm_add(constant NormArgs& args [[buffer(0)]],
                          device const float* a [[buffer(1)]],
                          device const float* w [[buffer(2)]],
                          device float* out [[buffer(3)]],
                          device float* out2 [[buffer(4)]],
+                         device const float* res [[buffer(5)]],
                          uint2 tgid [[threadgroup_position_in_grid]],
                          uint tid [[thread_index_in_threadgroup]],
                          uint ntg [[threads_per_threadgroup]],
@@ -51,11 +52,12 @@ kernel void rms_norm_add(constant NormArgs& args [[buffer(0)]],
   device const float* x = a + long(tgid.y) * args.a_stride;
   device float* y = out + long(tgid.y) * args.out_stride;
   device float* z = out2 + long(tgid.y) * args.out2_stride;
+  device const float* x0 = res + long(tgid.y) * args.res_stride;
   const float r = rsqrt(group_sum_sq(x, g, tid, ntg, lane, sg, partial) / float(g) + args.eps);
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (int j = int(tid); j < g; j += int(ntg)) {
     const float v = args.has_weight ? (x[j] * r) * w[j] : x[j] * r;
     y[j] = v;
-    z[j] = z[j] + v;
+    z[j] = x0[j] + v;
   }
 }

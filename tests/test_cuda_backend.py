@@ -417,14 +417,40 @@ def test_moe_dense_mlp_in_expert_launches_bit_identical(need_cuda, tmp_path, qty
 
 @pytest.mark.parametrize("preset", ["26b-a4b", "e2b"])
 def test_row_chain_compact_bit_identical(need_cuda, tmp_path, preset):
-    """The decode row chains run as one copy of the op's code in a loop (row_chain_kernel<true>,
-    the default), not unrolled over the plan's ops with constant indices
-    (MARKBASE_CUDA_CHAIN_COMPACT=0). The same ops in the same order: the logits and tokens must be
-    bit-identical, in as many kernels. The MoE file has chains of 5, 7 and 8 ops with norm groups
-    of 3 and 2; E2B adds the per-layer embedding's chains."""
+    """The general decode row chains (MARKBASE_CUDA_CHAIN_FUSED=0: run_chain for every chain) run
+    as one copy of the op's code in a loop (row_chain_kernel<true>, the default), not unrolled over
+    the plan's ops with constant indices (MARKBASE_CUDA_CHAIN_COMPACT=0). The same ops in the same
+    order: the logits and tokens must be bit-identical, in as many kernels. The MoE file has chains
+    of 5, 7 and 8 ops with norm groups of 3 and 2; E2B adds the per-layer embedding's chains."""
     path, summary, rng = _synthetic(tmp_path, f"{preset}-chain", preset=preset, layers=3, vocab=4096, qtype="q4_0")
-    compact, unrolled = _fingerprints_match(path, _ids(summary, 12, rng), {"MARKBASE_CUDA_CHAIN_COMPACT": "0"})
-    assert compact["kernels"] == unrolled["kernels"]
+    ids = _ids(summary, 12, rng)
+    general = {"MARKBASE_CUDA_CHAIN_FUSED": "0"}
+    compact = _decode_fingerprint(path, ids, general)
+    unrolled = _decode_fingerprint(path, ids, {**general, "MARKBASE_CUDA_CHAIN_COMPACT": "0"})
+    path.unlink(missing_ok=True)
+    assert compact["finite"]
+    assert (compact["sha"], compact["tokens"], compact["kernels"]) == (unrolled["sha"], unrolled["tokens"],
+                                                                       unrolled["kernels"])
+
+
+@pytest.mark.parametrize("preset,dense", [("26b-a4b", False), ("26b-a4b", True), ("e2b", False),
+                                          ("gemma3-270m", False)], ids=["26b-a4b", "26b-dense", "e2b", "gemma3"])
+def test_row_chain_fused_bit_identical(need_cuda, tmp_path, preset, dense):
+    """The decode row chains of Gemma's shape launched on their own run in fused form
+    (row_chain.cuh's run_fused_chain: the rows in registers, the ops fixed in the code) instead of
+    on the general loop over a plan (MARKBASE_CUDA_CHAIN_FUSED=0). The same arithmetic in the same
+    order: the logits and tokens must be bit-identical, in as many kernels, and the probe's report
+    must show the fused chains running: the MoE file's 7-op second chain (its chain+router launch
+    keeps the general loop), the dense equivalent's, E2B's per-layer embedding chains, Gemma 3's."""
+    path, summary, rng = _synthetic(tmp_path, f"{preset}-{dense}-fused", preset=preset, layers=3, vocab=4096,
+                                    qtype="q4_0", dense_equivalent=dense)
+    ids = _ids(summary, 12, rng)
+    report = _probe_report(path, ids, {})
+    fused, general = _fingerprints_match(path, ids, {"MARKBASE_CUDA_CHAIN_FUSED": "0"})
+    assert fused["kernels"] == general["kernels"]
+    assert "fused chain" in report, report
+    if preset == "26b-a4b" and not dense:
+        assert "fused chain, 7 ops" in report and "chain_router block 0, 4 ops" in report, report
 
 
 def _probe_report(path, ids, env: dict) -> str:

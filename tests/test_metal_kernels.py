@@ -132,21 +132,23 @@ def test_rms_norm(order, group, weighted):
     compare(core, "metal", build, [(tokens(5), 0)])
 
 
+@pytest.mark.parametrize("inplace", [True, False])
 @pytest.mark.parametrize("n", [64, 640])
-def test_norm_add_fused(order, n):
-    """post-norm + residual add: one rms_norm_add kernel; both slots are checked."""
+def test_norm_add_fused(order, n, inplace):
+    """post-norm + residual add: one rms_norm_add kernel; every slot is checked. The add in place
+    (x = x + norm(y)) or into a row of its own (z = x + norm(y): Gemma's mid-layer residual)."""
     def build(r, result):
         rng = np.random.default_rng(6)
         x = embed_table(r, rng, 16, n)
         y = embed_table(r, rng, 16, n, scale=5.0)
         w = r.weight("bf16", (n,), (rng.standard_normal(n).astype(np.float32).view(np.uint32) >> 16)
                      .astype(np.uint16).tobytes())
-        return {"slots": [(n, False, 1), (n, False, 1)], "result": result,
+        return {"slots": [(n, False, 1), (n, False, 1), (n, False, 1)], "result": result,
                 "ops": [embed_op(x, 0, n), embed_op(y, 1, n),
                         {"kind": "rms_norm", "out": 1, "a": 1, "n": n, "group": n, "w": w, "f": 1e-6},
-                        {"kind": "add", "out": 0, "a": 0, "b": 1, "n": n}]}
+                        {"kind": "add", "out": 0 if inplace else 2, "a": 0, "b": 1, "n": n}]}
 
-    for result in (0, 1):
+    for result in (0, 1) if inplace else (0, 1, 2):
         compare(core, "metal", lambda r: build(r, result), [(tokens(3), 0)])
 
 

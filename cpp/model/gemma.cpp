@@ -136,9 +136,13 @@ Graph GemmaModel::build(int T, bool all_logits) const {
   g.vocab = c.vocab_size;
   g.rope_tables = {c.rope_inv_freq_sliding, c.rope_inv_freq_full};
   g.rope_specs = {c.rope_spec_sliding, c.rope_spec_full};
-  // Slots are reused by every layer: a layer's temporaries are dead once it ends.
-  const int x = g.add_slot(H), h = g.add_slot(H), q = g.add_slot(max_q), kr = g.add_slot(max_kv),
-            k = g.add_slot(max_kv), vr = g.add_slot(max_kv), v = g.add_slot(max_kv),
+  // Slots are reused by every layer: a layer's temporaries are dead once it ends. x holds the
+  // residual between layers, xm within one (after the attention block), an the attention
+  // output's post-norm: the ops from that norm to the feed-forward's input norms write no row
+  // that they read, so a backend may run them side by side (cuda::chain_router's router blocks
+  // read x and the attention output while its chain block writes an, xm and the norms).
+  const int x = g.add_slot(H), xm = g.add_slot(H), an = g.add_slot(H), h = g.add_slot(H), q = g.add_slot(max_q),
+            kr = g.add_slot(max_kv), k = g.add_slot(max_kv), vr = g.add_slot(max_kv), v = g.add_slot(max_kv),
             o = g.add_slot(max_q), ao = g.add_slot(H), gate = g.add_slot(max_ffn),
             up = g.add_slot(max_ffn), m = g.add_slot(H);
   auto op = [&](OpKind kind, int out, int a, int n, const TensorView* wt = nullptr,
@@ -209,16 +213,16 @@ Graph GemmaModel::build(int T, bool all_logits) const {
     at.layer = l.kv_layer; at.group = l.head_dim; at.heads = c.n_heads;
     at.kv_heads = l.n_kv_heads; at.f = c.attn_scale; at.window = l.sliding ? c.sliding_window : 0;
     matmul(ao, o, blk(i, "attn_output.weight"));
-    norm(ao, ao, H, W(blk(i, "post_attention_norm.weight")), H, blk(i, "post_attention_norm"));
-    add(x, x, ao, H);
+    norm(an, ao, H, W(blk(i, "post_attention_norm.weight")), H, blk(i, "post_attention_norm"));
+    add(xm, x, an, H);
     // ---- feed-forward: dense GeGLU MLP, and in MoE models the routed experts beside it
-    // The three inputs of the feed-forward, all norms of the residual x, in a row (one launch
+    // The three inputs of the feed-forward, all norms of the residual xm, in a row (one launch
     // where a backend chains row ops): the dense MLP's; in MoE models the router's (parameter-free
     // norm times router.scale / sqrt(H)) and the experts'.
-    norm(h, x, H, W(blk(i, "ffn_norm.weight")), H, blk(i, "ffn_norm"));
+    norm(h, xm, H, W(blk(i, "ffn_norm.weight")), H, blk(i, "ffn_norm"));
     if (c.n_experts > 0) {
-      norm(rn, x, H, router_norm_[i], H, blk(i, "router_norm"));
-      norm(h2, x, H, W(blk(i, "pre_ffw_norm_2.weight")), H, blk(i, "pre_ffw_norm_2"));
+      norm(rn, xm, H, router_norm_[i], H, blk(i, "router_norm"));
+      norm(h2, xm, H, W(blk(i, "pre_ffw_norm_2.weight")), H, blk(i, "pre_ffw_norm_2"));
       // The routed experts read nothing the dense MLP writes: a backend may run the two branches
       // side by side. The experts come first, as the longer chain of dependent steps (product,
       // routing, then products on its result): a backend that runs the second branch on a second
@@ -242,7 +246,7 @@ Graph GemmaModel::build(int T, bool all_logits) const {
       add(m, m, m2, H);
     }
     norm(m, m, H, W(blk(i, "post_ffw_norm.weight")), H, blk(i, "post_ffw_norm"));
-    add(x, x, m, H);
+    add(x, xm, m, H);
     // ---- per-layer embedding injection (E2B / E4B)
     if (P > 0) {
       matmul(pg, x, blk(i, "inp_gate.weight"));

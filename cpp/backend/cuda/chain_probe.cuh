@@ -12,7 +12,14 @@ namespace markbase::cuda {
 // cycles from its block's start to each stage, so that a chain's time on the critical path (the
 // trace's) can be split into its parts. Each translation unit has its own table (no relocatable
 // device code); chain_probe_print prints it.
-enum ChainProbeKind { kProbeRowChain, kProbeRouterChain, kProbeRouterLast, kProbeRouterDirect, kProbeKinds };
+enum ChainProbeKind {
+  kProbeRowChain,
+  kProbeRouterChain,
+  kProbeRouterLast,
+  kProbeRouterDirect,
+  kProbeFusedChain,  // row_chain.cuh's run_fused_chain
+  kProbeKinds
+};
 enum ChainProbeStage {
   kStagePreWait,   // the weights' copies issued, before the PDL wait
   kStageWaited,    // past the wait
@@ -80,7 +87,8 @@ static void chain_probe_print(const char* tag) {
   ChainProbeTable h{};
   if (cudaMemcpyFromSymbol(&h, mb_chain_probe, sizeof(h)) != cudaSuccess) return;
   static const char* kinds[] = {"row_chain", "chain_router block 0", "chain_router last router block",
-                                "chain_router last direct router block"};
+                                "chain_router last direct router block", "fused chain"};
+  static_assert(sizeof(kinds) / sizeof(kinds[0]) == kProbeKinds, "kind names");
   static const char* stages[] = {"pre-wait", "waited", "loaded", "op0", "op1", "op2", "op3", "op4", "op5", "op6",
                                  "op7", "held", "dot", "counted", "routed", "weights landed", "x,a landed",
                                  "norm weights landed", "router rows landed", "end"};

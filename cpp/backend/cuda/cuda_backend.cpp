@@ -1070,9 +1070,10 @@ class CudaBackend : public Backend {
         case OpKind::RmsNorm: {
           const Op* nx = oi + 1 < g.ops.size() ? &g.ops[oi + 1] : nullptr;
           const float* w = op.w ? small_f32(op.w) : nullptr;
-          if (fuse_ && nx && nx->kind == OpKind::Add && op.group == op.n && nx->b == op.out && nx->a == nx->out &&
-              nx->a != op.out && nx->n == op.n && g.rows(nx->out) == rows) {
-            // post-norm + residual add (+ the layer scalar on the sum)
+          if (fuse_ && nx && nx->kind == OpKind::Add && op.group == op.n && nx->b == op.out && nx->a != op.out &&
+              nx->out != op.out && nx->out != op.a && nx->n == op.n && g.rows(nx->out) == rows &&
+              g.rows(nx->a) == rows) {
+            // post-norm + residual add, in place or not (+ the layer scalar on the sum)
             const Op* sc = oi + 2 < g.ops.size() ? &g.ops[oi + 2] : nullptr;
             const bool scaled = sc && sc->kind == OpKind::Scale && sc->a == nx->out && sc->out == nx->out && sc->n == nx->n;
             const size_t last = oi + (scaled ? 2 : 1);
@@ -1087,7 +1088,8 @@ class CudaBackend : public Backend {
               pf_n = op.n;
             }
             kernels += cuda::rms_norm_add(cur_, a, as, w, op.n, op.f, rows, out, os, ptr<float>(st.slots[nx->out]),
-                                          g.slots[nx->out].cols, q8, scaled ? sc->f : 1.0f);
+                                          g.slots[nx->out].cols, ptr<float>(st.slots[nx->a]), g.slots[nx->a].cols, q8,
+                                          scaled ? sc->f : 1.0f);
             oi = last;
           } else if (size_t last = 0; fuse_ && (last = finish_heads(g, oi, done, st, kv, hf)) > 0) {
             // q's norm and RoPE, k's, v's norm and the KV store

@@ -144,12 +144,14 @@ int embed(cudaStream_t s, const WeightRef& w, const StepBuf* step, int T, int vo
 int rms_norm(cudaStream_t s, const float* a, int a_stride, const float* w, int n, int group, float eps,
              int rows, float* out, int out_stride, Q8Vec q8 = {});
 // Fusions the backend applies to adjacent ops (fewer kernels per token):
-//   RmsNorm(out = S) then Add(x = x + S): out = norm(a) * w and x += out, in one pass;
+//   RmsNorm(out = S) then Add(x = res + S): out = norm(a) * w and x = res + out, in one pass (res
+//   may be x: the add in place);
 //   RmsNorm per head then Rope on the same slot: QK-norm and rotation in one pass.
 //   q8 (when set; n % 32 == 0): the updated x is also quantized, as rms_norm's;
 //   scale_x (the layer scalar that follows in Gemma 4): x = (x + out) * scale_x.
 int rms_norm_add(cudaStream_t s, const float* a, int a_stride, const float* w, int n, float eps, int rows,
-                 float* out, int out_stride, float* x, int x_stride, Q8Vec q8 = {}, float scale_x = 1.0f);
+                 float* out, int out_stride, float* x, int x_stride, const float* res, int res_stride, Q8Vec q8 = {},
+                 float scale_x = 1.0f);
 int rms_norm_rope(cudaStream_t s, const float* a, int a_stride, const float* w, float eps, const float* inv_freq,
                   const StepBuf* step, int T, int heads, int head_dim, float* out, int out_stride);
 // A run of row ops of one token (decode) in one launch: one block does the ops in order, on copies
@@ -308,6 +310,12 @@ constexpr int kTraceMax = 8192;
 // backend prints their tables of norm_rope.cu's row_chain_kernel and moe.cu's chain_router_kernel.
 inline bool chain_probe() {
   static const bool on = env_flag("MARKBASE_CUDA_CHAIN_PROBE", false);
+  return on;
+}
+// MARKBASE_CUDA_CHAIN_FUSED=0: every decode row chain runs on row_chain.cuh's general loop
+// (run_chain) instead of the fused form where its shape allows (fuse_chain; the same bits).
+inline bool chain_fused() {
+  static const bool on = env_flag("MARKBASE_CUDA_CHAIN_FUSED", true);
   return on;
 }
 void chain_probe_report_rows();

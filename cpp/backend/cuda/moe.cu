@@ -21,30 +21,21 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kMaxHostIds = 64;
 
-// Routing of one token by one warp: softmax of the logits l, k rounds of arg-max, the chosen
-// weights renormalised and scaled per expert; p[] (E floats of shared memory) holds the
-// probabilities. The logits are read through L2 (__ldcg): in the fused router they were written
-// by other blocks of the same launch.
+// Routing of one token by one warp: the k largest logits by k rounds of arg-max, their softmax
+// (exp(l_j - l_top) over the k, which is the full softmax renormalised over the k: the other
+// experts' terms cancel), each weight times its expert's scale. The softmax over all E before the
+// top-k (a reduction, E exps and E divisions on the routing's critical path) is not needed to
+// choose: the logits order the experts as their probabilities do. p[] (E floats of shared memory)
+// holds the logits. The logits are read through L2 (__ldcg): in the fused router they were
+// written by other blocks of the same launch.
 __device__ void route_row(const float* l, const float* scale, int E, int k, float* o, float* p) {
   const int lane = threadIdx.x & 31;
-  float mx = -INFINITY;
-  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, __ldcg(l + e));
-  mx = warp_max(mx);
-  float sum = 0.0f;
-  for (int e = lane; e < E; e += 32) {
-    p[e] = expf(__ldcg(l + e) - mx);
-    sum += p[e];
-  }
-  sum = warp_sum(sum);
+  for (int e = lane; e < E; e += 32) p[e] = __ldcg(l + e);
   __syncwarp();
-  for (int e = lane; e < E; e += 32) p[e] /= sum;
-  __syncwarp();
-  // k rounds of arg-max; ties go to the lower expert id, as the CPU's partial sort does. After
-  // the butterfly every lane holds the round's winner, so each keeps the running sum itself.
-  float ws = 0.0f;
+  // k rounds of arg-max; ties go to the lower expert id, as the CPU's partial sort does.
   for (int j = 0; j < k; ++j) {
-    float best = -1.0f;
-    int bi = E;
+    float best = -INFINITY;
+    int bi = E;  // none (only with non-finite logits; expert_of clamps it)
     for (int e = lane; e < E; e += 32)
       if (p[e] > best || (p[e] == best && e < bi)) { best = p[e]; bi = e; }
     for (int off = 16; off > 0; off >>= 1) {
@@ -52,56 +43,56 @@ __device__ void route_row(const float* l, const float* scale, int E, int k, floa
       const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
       if (ob > best || (ob == best && oi < bi)) { best = ob; bi = oi; }
     }
-    ws += best;
     if (lane == 0) {
       o[2 * j] = best;
       o[2 * j + 1] = static_cast<float>(bi);
-      p[bi] = -2.0f;  // taken
+      if (bi < E) p[bi] = -INFINITY;  // taken
     }
     __syncwarp();
   }
-  // Renormalise and scale, the k choices spread over the lanes (one round of loads, not k).
+  // The softmax of the k, scaled, the choices spread over the lanes (route_row_reg's arithmetic).
+  const float top = o[0];
+  float es = 0.0f;
+  for (int j = lane; j < k; j += 32) {
+    const float e = expf(o[2 * j] - top);
+    o[2 * j] = e;
+    es += e;
+  }
+  const float ws = warp_sum(es);
+  __syncwarp();
   for (int j = lane; j < k; j += 32) {
     const int e = static_cast<int>(o[2 * j + 1]);
-    o[2 * j] = o[2 * j] / ws * (scale ? scale[e] : 1.0f);
+    o[2 * j] = o[2 * j] / ws * (scale && e < E ? scale[e] : 1.0f);
   }
 }
 
-// route_row for E <= 32 * PER experts, the probabilities in registers (lane l holds experts
-// l + 32 i): the same softmax arithmetic in the same order, and each round's arg-max by two warp
-// reductions (redux.sync: the largest key, then the lowest expert id holding it) instead of a
-// shuffle butterfly of value and id over shared memory. Keys are the probabilities' bits plus one
-// (order-preserving for p >= 0), 0 for taken experts. Each lane j < k keeps choice j, and writes
-// it once at the end. sc (used when has_sc): the per-expert scales, held like p (lane l: experts
-// l + 32 i), loaded by the caller before its wait; lane j then takes its expert's scale by
-// shuffles instead of a dependent load after the top-k. A reference to the caller's registers,
-// not a pointer: through a pointer the array went to local memory (sass.sh).
+// A float's bits as an unsigned that orders as the floats do (negatives flipped, positives above
+// them), and back. 0 is below every float's key but one NaN pattern's: route_row_reg's "none".
+__device__ __forceinline__ unsigned order_key(float v) {
+  const unsigned u = __float_as_uint(v);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float key_value(unsigned key) {
+  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+
+// route_row for E <= 32 * PER experts, the logits in registers (lane l holds experts l + 32 i),
+// each round's arg-max by two warp reductions (redux.sync: the largest key, then the lowest
+// expert id holding it) instead of a shuffle butterfly of value and id over shared memory. Keys
+// are order_key of the logits, 0 for taken experts. Each lane j < k keeps choice j, and the
+// softmax of the k and the scales are route_row's arithmetic (for k <= 32: one choice a lane).
+// sc (used when has_sc): the per-expert scales, held like the logits, loaded by the caller
+// before its wait; lane j then takes its expert's scale by shuffles instead of a dependent load
+// after the top-k. A reference to the caller's registers, not a pointer: through a pointer the
+// array went to local memory (sass.sh).
 template <int PER>
 __device__ void route_row_reg(const float* l, const float* scale, int E, int k, float* o, const float (&sc)[PER],
                               bool has_sc) {
   const int lane = threadIdx.x & 31;
-  float p[PER];
-  float mx = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < PER; ++i) {
-    const int e = lane + 32 * i;
-    p[i] = e < E ? __ldcg(l + e) : -INFINITY;
-    mx = fmaxf(mx, p[i]);
-  }
-  mx = warp_max(mx);
-  float sum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < PER; ++i) {
-    if (lane + 32 * i < E) {
-      p[i] = expf(p[i] - mx);
-      sum += p[i];
-    }
-  }
-  sum = warp_sum(sum);
   unsigned key[PER];
 #pragma unroll
-  for (int i = 0; i < PER; ++i) key[i] = lane + 32 * i < E ? __float_as_uint(p[i] / sum) + 1u : 0u;
-  float ws = 0.0f, mine = 0.0f;
+  for (int i = 0; i < PER; ++i) key[i] = lane + 32 * i < E ? order_key(__ldcg(l + lane + 32 * i)) : 0u;
+  float top = 0.0f, mine = 0.0f;
   int mine_e = 0;
   for (int j = 0; j < k; ++j) {
     unsigned best = 0u, bi = 0xFFFFFFFFu;
@@ -110,9 +101,9 @@ __device__ void route_row_reg(const float* l, const float* scale, int E, int k, 
       if (key[i] > best) { best = key[i]; bi = lane + 32 * i; }  // ascending ids: ties keep the lowest
     const unsigned m = __reduce_max_sync(0xffffffffu, best);
     const unsigned e = __reduce_min_sync(0xffffffffu, best == m ? bi : 0xFFFFFFFFu);
-    const float v = __uint_as_float(m - 1u);
-    ws += v;
-    if (lane == j) { mine = v; mine_e = static_cast<int>(e); }
+    const float v = key_value(m);
+    if (j == 0) top = v;
+    if (lane == j) { mine = v; mine_e = static_cast<int>(min(e, static_cast<unsigned>(E - 1))); }
     // taken: a select on every key, not a store to key[e >> 5] under a branch, which the compiler
     // turned into an indexed store that kept key[] in local memory (a store and a reload on each
     // round's critical path; sass.sh)
@@ -120,6 +111,8 @@ __device__ void route_row_reg(const float* l, const float* scale, int E, int k, 
 #pragma unroll
     for (int i = 0; i < PER; ++i) key[i] = own && static_cast<unsigned>(i) == e >> 5 ? 0u : key[i];
   }
+  const float ex = lane < k ? expf(mine - top) : 0.0f;
+  const float ws = warp_sum(ex);
   float mine_sc = 1.0f;
   if (has_sc) {  // every lane takes part in the shuffles; lane j keeps its expert's scale
 #pragma unroll
@@ -131,7 +124,7 @@ __device__ void route_row_reg(const float* l, const float* scale, int E, int k, 
     mine_sc = scale[mine_e];
   }
   if (lane < k) {
-    o[2 * lane] = mine / ws * mine_sc;
+    o[2 * lane] = ex / ws * mine_sc;
     o[2 * lane + 1] = static_cast<float>(mine_e);
   }
 }
@@ -249,11 +242,16 @@ __global__ void __launch_bounds__(kRouterThreads) router_kernel(RouterArgs a) {
 // bits as the router's own launch. (The twenty-first session's direct form, the router's input
 // in registers in two reductions, counted its reads after its dot, and block 0 waited for that
 // count: no faster in any of four builds; bench/RESULTS.md. This one counts them before.)
-// Block 0 rewrites rows that the router blocks and the other chain block read (the residual): it
-// stores those (p.held) last, once every other block has counted its reads done (*copied, which
-// it then resets), so that the wait for router blocks that started late (they need SMs the kernel
-// before still holds) overlaps its chain instead of delaying it. All blocks fit on the GPU at
-// once, and block 0 is the only one that waits, for blocks that wait for nothing. Each kind of
+// Where block 0 rewrites rows that the router blocks and the other chain block read (a graph
+// adding the residual in place), it stores those (p.held) last, once every other block has
+// counted its reads done (*copied, which it then resets), so that the wait for router blocks that
+// started late (they need SMs the kernel before still holds) overlaps its chain instead of
+// delaying it. All blocks fit on the GPU at once, and block 0 is the only one that waits, for
+// blocks that wait for nothing. Gemma's graph (model/gemma.cpp) writes the layer's residual to a
+// row of its own (xm) and the attention output's post-norm too, so none is held and nobody counts
+// or waits: on the H200 the count and the wait cost the router blocks ~2 300 SM cycles between
+// their last load landing and their dot, and block 0 ~1 600 (bench/RESULTS.md, twenty-third
+// session). Each kind of
 // block runs the compact chain loop (~18 KB of instructions): the sixteenth session's form, the
 // unrolled chain and an unrolled replay of it in one kernel of 147 KB, ran its chain block at
 // 13 us against 5.7 alone.
@@ -289,7 +287,8 @@ __device__ __forceinline__ float4 mul4(float4 a, float4 b) {
 }
 
 // A router block's kRouterGroups logits (experts e0 ..) in direct form, into lg (shared memory);
-// counts its reads of the chain's rows done on *copied (block 0 rewrites them). n4: float4s a row.
+// counts its reads of the chain's rows done on *copied when not null (block 0 rewrites them). n4:
+// float4s a row.
 template <int TYPE, bool PROBE>
 __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, const WeightRef& w, int E, int e0,
                                                      int n4, unsigned* copied, float* lg, ChainProbe<PROBE>& probe) {
@@ -353,9 +352,11 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
     yr[c] = mul4(wr4[c], y);
   }
   // Every thread has used its x and a: block 0 may overwrite those rows now, even while this
-  // block's router rows are still on their way.
-  __syncthreads();
-  if (t == 0) red_add_release(copied, 1u);
+  // block's router rows are still on their way (copied null: it writes none of them).
+  if (copied) {
+    __syncthreads();
+    if (t == 0) red_add_release(copied, 1u);
+  }
   probe.stamp(kStageLoaded);
 #pragma unroll
   for (int c = 0; c < kChainVec; ++c) {
@@ -404,24 +405,29 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
   probe.start();
   pdl_trigger();
   const unsigned routers = gridDim.x - chains;
+  // Whether block 0 rewrites rows that other blocks read (p.held): only then do they count their
+  // reads, and block 0 waits for the count. Gemma's graph writes no row that this launch reads.
+  const bool hold = p.held != 0;
   auto after_op = [&](int i) { probe.stamp(kStageOp0 + i); };
   const int blk = static_cast<int>(blockIdx.x);
   if (blk < chains) {
     chain_load_all(p, sm, probe);
-    if (blk > 0) {  // another chain block (chain_split_tail): count its copies done, as router blocks do
+    if (blk > 0 && hold) {  // another chain block (chain_split_tail): count its copies done, as router blocks do
       __syncthreads();
       if (threadIdx.x == 0) red_add_release(copied, 1u);
     }
     run_chain<true>(p, sm, p.c.count, true, blk, after_op);
     if (blk > 0) return;
-    if (threadIdx.x == 0) {
-      while (ld_acquire(copied) < routers + chains - 1) {
+    if (hold) {
+      if (threadIdx.x == 0) {
+        while (ld_acquire(copied) < routers + chains - 1) {
+        }
+        *copied = 0;
       }
-      *copied = 0;
+      __syncthreads();
+      probe.stamp(kStageHeld);
+      chain_store_held(p, sm);
     }
-    __syncthreads();
-    probe.stamp(kStageHeld);
-    chain_store_held(p, sm);
     probe.commit(kProbeRouterChain, p.c.count);
     return;
   }
@@ -438,7 +444,7 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
     for (int i = 0; i < 4; ++i) sc[i] = threadIdx.x + 32 * i < E ? r.scale[threadIdx.x + 32 * i] : 1.0f;
   }
   if constexpr (DIRECT) {
-    direct_router_logits<TYPE>(d, w, E, e0, rp.n4, copied, lg, probe);
+    direct_router_logits<TYPE>(d, w, E, e0, rp.n4, hold ? copied : nullptr, lg, probe);
   } else {
     const int grp = threadIdx.x / kRouterThreads, gt = threadIdx.x % kRouterThreads, lane = threadIdx.x & 31;
     const int e = e0 + grp;
@@ -452,8 +458,10 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
       wv[c] = e < E && i < w.K ? w4<TYPE>(row, i, w.K) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     chain_load_all(rp, sm, probe);
-    __syncthreads();  // every thread's copies have landed: block 0 may overwrite those rows now
-    if (threadIdx.x == 0) red_add_release(copied, 1u);
+    if (hold) {
+      __syncthreads();  // every thread's copies have landed: block 0 may overwrite those rows now
+      if (threadIdx.x == 0) red_add_release(copied, 1u);
+    }
     run_chain<true>(rp, sm, rp.c.count, false, 0, after_op);
     __syncthreads();  // the dot below reads other threads' float4s of the router's input
     const float4* x = sm + rn_slot * rp.n4;
@@ -1099,6 +1107,21 @@ ChainPlan chain_replay_plan(const RowChain& c, const float* router_in, int* rn_s
 // The direct form of the router's input (RouterDirect) when the replay plan is its three ops: a
 // norm of a, the residual add of its output to x, and the router input's norm of the sum (Gemma 4's
 // MoE layers); off otherwise.
+// The held rows of block 0's plan p (ChainPlan::held): the rows it rewrites that the router
+// blocks (replay plan rp) or the other chain blocks (chains > 1: they copy in all that it does)
+// read.
+unsigned chain_holds(const ChainPlan& p, const ChainPlan& rp, int chains) {
+  unsigned held = 0;
+  for (int slot = 0; slot < p.slots; ++slot) {
+    if (!p.load[slot] || p.weight[slot]) continue;
+    bool written = false, copied = chains > 1;
+    for (int i = 0; i < p.c.count; ++i) written = written || p.out[i] == slot;
+    for (int t = 0; t < rp.slots; ++t) copied = copied || (rp.load[t] == p.load[slot] && !rp.weight[t]);
+    if (written && copied) held |= 1u << slot;
+  }
+  return held;
+}
+
 RouterDirect chain_direct_form(const ChainPlan& rp) {
   RouterDirect d{};
   const RowOp* o = rp.c.op;
@@ -1134,20 +1157,16 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
     }
   }
   ChainPlan p = chain_plan(c0, 0, c0.count);
+  // Block 0 runs the general chain loop (row_chain.cuh's run_chain), not the fused form that
+  // row_chain launches take: in this launch the fused chain ran its 4 ops in ~12 900 SM cycles
+  // after the wait against ~7 300 for the loop with its last norm on a second block, and decode
+  // was 1.8 % slower (H200, 6-layer 26B-A4B file; bench/RESULTS.md, twenty-third session).
   const int chains = split ? chain_split_tail(p) : 1;
-  // Block 0 stores last the rows that it rewrites and the router blocks (or the other chain
-  // blocks, which copy in all that it does) read.
-  for (int slot = 0; slot < p.slots; ++slot) {
-    if (!p.load[slot] || p.weight[slot]) continue;
-    bool written = false, copied = chains > 1;
-    for (int i = 0; i < p.c.count; ++i) written = written || p.out[i] == slot;
-    for (int t = 0; t < rp.slots; ++t) copied = copied || (rp.load[t] == p.load[slot] && !rp.weight[t]);
-    if (written && copied) p.held |= 1u << slot;
-  }
-  const size_t smem = static_cast<size_t>(p.slots) * p.n4 * 16;
+  p.held = chain_holds(p, rp, chains);
+  const RouterDirect d = direct ? chain_direct_form(rp) : RouterDirect{};
+  const size_t smem = static_cast<size_t>(std::max(p.slots, rp.slots)) * p.n4 * 16;  // block 0's rows, or rp's
   const int grid = chains + (E + kRouterGroups - 1) / kRouterGroups;
   const RouterArgs r{w, router_in, expert_scale, E, k, logits, out, counters, router_scale_early()};
-  const RouterDirect d = direct ? chain_direct_form(rp) : RouterDirect{};
   auto launch = [&](auto kernel) {
     static const bool setup = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(kChainSmem)) == cudaSuccess;

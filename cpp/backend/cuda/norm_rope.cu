@@ -116,12 +116,13 @@ __global__ void rope_kernel(const float* a, int as, const float* inv, const Step
 // add and the layer scalar that may follow it). Q8: one row, and the new x is quantized too.
 template <bool Q8>
 __global__ void rms_norm_add_kernel(const float* a, int as, const float* w, int n, float eps, float* out, int os,
-                                    float* x, int xs, Q8Vec q8, float sx) {
+                                    float* x, int xs, const float* res, int rs, Q8Vec q8, float sx) {
   pdl_entry();
   const int row = blockIdx.x;
   const float* v = a + static_cast<size_t>(row) * as;
   float* y = out + static_cast<size_t>(row) * os;
   float* r = x + static_cast<size_t>(row) * xs;
+  const float* r0 = res + static_cast<size_t>(row) * rs;
   float ss = 0.0f;
 #pragma unroll 4
   for (int j = threadIdx.x; j < n; j += blockDim.x) ss += v[j] * v[j];
@@ -134,7 +135,7 @@ __global__ void rms_norm_add_kernel(const float* a, int as, const float* w, int 
       if (j < n) {
         const float t = w ? (v[j] * s) * w[j] : v[j] * s;
         y[j] = t;
-        nx = r[j] + t;
+        nx = r0[j] + t;
         if (sx != 1.0f) nx = nx * sx;
         r[j] = nx;
       }
@@ -145,7 +146,7 @@ __global__ void rms_norm_add_kernel(const float* a, int as, const float* w, int 
     for (int j = threadIdx.x; j < n; j += blockDim.x) {
       const float t = w ? (v[j] * s) * w[j] : v[j] * s;
       y[j] = t;
-      const float nx = r[j] + t;
+      const float nx = r0[j] + t;
       r[j] = sx != 1.0f ? nx * sx : nx;
     }
   }
@@ -204,13 +205,14 @@ constexpr int kRowVec = kChainMaxN / 4 / kRowThreads;
 template <bool ADD, bool Q8>
 __global__ void __launch_bounds__(kRowThreads) rms_norm_rows_kernel(const float* a, int as, const float* w, int n,
                                                                     float eps, float* out, int os, float* x, int xs,
-                                                                    float sx, Q8Vec q8) {
+                                                                    const float* res, int rs, float sx, Q8Vec q8) {
   pdl_entry();
   const int row = blockIdx.x, n4 = n / 4, t = threadIdx.x;
   const float4* A = reinterpret_cast<const float4*>(a + static_cast<size_t>(row) * as);
   const float4* W = reinterpret_cast<const float4*>(w);
   float4* Y = reinterpret_cast<float4*>(out + static_cast<size_t>(row) * os);
   float4* X = ADD ? reinterpret_cast<float4*>(x + static_cast<size_t>(row) * xs) : nullptr;
+  const float4* R = ADD ? reinterpret_cast<const float4*>(res + static_cast<size_t>(row) * rs) : nullptr;
   float4 v[kRowVec];
   float ss = 0.0f;
 #pragma unroll
@@ -231,7 +233,7 @@ __global__ void __launch_bounds__(kRowThreads) rms_norm_rows_kernel(const float*
     }
     Y[j] = y;
     if constexpr (ADD) {
-      const float4 o = X[j];
+      const float4 o = R[j];
       float4 nx = make_float4(o.x + y.x, o.y + y.y, o.z + y.z, o.w + y.w);
       if (sx != 1.0f) nx = make_float4(nx.x * sx, nx.y * sx, nx.z * sx, nx.w * sx);
       X[j] = nx;
@@ -268,6 +270,16 @@ __global__ void __launch_bounds__(kChainThreads) row_chain_kernel(const __grid_c
   probe.commit(kProbeRowChain, p.c.count);
 }
 
+// The fused row chain as its own launch (row_chain.cuh's run_fused_chain): no shared memory rows.
+template <bool PROBE = false>
+__global__ void __launch_bounds__(kChainThreads) fused_chain_kernel(const __grid_constant__ FusedChain f) {
+  ChainProbe<PROBE> probe;
+  probe.start();
+  pdl_trigger();
+  run_fused_chain(f, probe);
+  probe.commit(kProbeFusedChain, f.na + (f.na == 2) + f.has_un + f.has_add + f.nsc + f.nh);
+}
+
 }  // namespace
 
 void row_chain_setup() {
@@ -278,6 +290,10 @@ void row_chain_setup() {
 // Launches the chain as few pieces as fit the shared memory (one for Gemma's chains).
 int row_chain(cudaStream_t s, const RowChain& c) {
   static const bool compact = env_flag("MARKBASE_CUDA_CHAIN_COMPACT", true);
+  if (FusedChain f; chain_fused() && fuse_chain(c, &f)) {
+    enqueue(chain_probe() ? fused_chain_kernel<true> : fused_chain_kernel<false>, 1, kChainThreads, 0, s, f);
+    return 1;
+  }
   int launches = 0;
   for (int first = 0; first < c.count;) {
     int count = 1;
@@ -296,19 +312,23 @@ int row_chain(cudaStream_t s, const RowChain& c) {
 }
 
 int rms_norm_add(cudaStream_t s, const float* a, int as, const float* w, int n, float eps, int rows, float* out,
-                 int os, float* x, int xs, Q8Vec q8, float scale_x) {
-  if (rows > 1 && rows_fit(n, {{a, as}, {w, 0}, {out, os}, {x, xs}})) {
-    if (q8.q) enqueue(rms_norm_rows_kernel<true, true>, rows, kRowThreads, 0, s, a, as, w, n, eps, out, os, x, xs, scale_x, q8);
-    else enqueue(rms_norm_rows_kernel<true, false>, rows, kRowThreads, 0, s, a, as, w, n, eps, out, os, x, xs, scale_x, q8);
+                 int os, float* x, int xs, const float* res, int rs, Q8Vec q8, float scale_x) {
+  if (rows > 1 && rows_fit(n, {{a, as}, {w, 0}, {out, os}, {x, xs}, {res, rs}})) {
+    if (q8.q)
+      enqueue(rms_norm_rows_kernel<true, true>, rows, kRowThreads, 0, s, a, as, w, n, eps, out, os, x, xs, res, rs,
+              scale_x, q8);
+    else
+      enqueue(rms_norm_rows_kernel<true, false>, rows, kRowThreads, 0, s, a, as, w, n, eps, out, os, x, xs, res, rs,
+              scale_x, q8);
     return 1;
   }
   const int threads = n <= 1024 ? 256 : 1024;
   if (q8.q && rows > 1) {  // the kernel quantizes one row: the others through quantize_q8
-    enqueue(rms_norm_add_kernel<false>, rows, threads, 0, s, a, as, w, n, eps, out, os, x, xs, q8, scale_x);
+    enqueue(rms_norm_add_kernel<false>, rows, threads, 0, s, a, as, w, n, eps, out, os, x, xs, res, rs, q8, scale_x);
     return 1 + quantize_q8(s, x, xs, n, rows, q8, n);
   }
-  if (q8.q) enqueue(rms_norm_add_kernel<true>, rows, threads, 0, s, a, as, w, n, eps, out, os, x, xs, q8, scale_x);
-  else enqueue(rms_norm_add_kernel<false>, rows, threads, 0, s, a, as, w, n, eps, out, os, x, xs, q8, scale_x);
+  if (q8.q) enqueue(rms_norm_add_kernel<true>, rows, threads, 0, s, a, as, w, n, eps, out, os, x, xs, res, rs, q8, scale_x);
+  else enqueue(rms_norm_add_kernel<false>, rows, threads, 0, s, a, as, w, n, eps, out, os, x, xs, res, rs, q8, scale_x);
   return 1;
 }
 
@@ -328,8 +348,8 @@ int rms_norm(cudaStream_t s, const float* a, int a_stride, const float* w, int n
              float* out, int out_stride, Q8Vec q8) {
   const int groups = n / group;
   if (rows > 1 && groups == 1 && rows_fit(n, {{a, a_stride}, {w, 0}, {out, out_stride}})) {
-    if (q8.q) enqueue(rms_norm_rows_kernel<false, true>, rows, kRowThreads, 0, s, a, a_stride, w, n, eps, out, out_stride, nullptr, 0, 1.0f, q8);
-    else enqueue(rms_norm_rows_kernel<false, false>, rows, kRowThreads, 0, s, a, a_stride, w, n, eps, out, out_stride, nullptr, 0, 1.0f, q8);
+    if (q8.q) enqueue(rms_norm_rows_kernel<false, true>, rows, kRowThreads, 0, s, a, a_stride, w, n, eps, out, out_stride, nullptr, 0, nullptr, 0, 1.0f, q8);
+    else enqueue(rms_norm_rows_kernel<false, false>, rows, kRowThreads, 0, s, a, a_stride, w, n, eps, out, out_stride, nullptr, 0, nullptr, 0, 1.0f, q8);
     return 1;
   }
   const int threads = group <= 256 ? 64 : group <= 1024 ? 256 : 1024;

@@ -278,4 +278,260 @@ inline int chain_split_tail(ChainPlan& p) {
   return g;
 }
 
+// --- The fused row chain: Gemma's decode chains (the post-norms after a block, the residual add,
+// the layer scalar, the next input norms) in registers, with the op sequence fixed in the code
+// rather than read from a plan op by op. run_chain above pays for its generality: each op reads
+// its operands' slots and its own parameters at run time, and 16 warps each pay that per op
+// (~230 SM cycles an op that does nothing, ~700 an add; chain probe, twentieth session). Here each
+// thread keeps its float4s of the few live rows in registers, the weights loaded before the
+// programmatic wait, and the only costs left are the loads, one reduction per group of norms of
+// one row, the stores and the quantization. The same arithmetic as run_chain in the same order
+// (the sums of squares, the scale, then the weight; the adds; the scales): the same bits.
+//
+// The shape (fuse_chain checks a RowChain against it; anything else runs on run_chain):
+//   u  = norm(a0) w0                                   (one input), or
+//   u  = norm(a0) w0 + norm(a1) w1                     (two: Gemma 4's MoE layers), then maybe
+//   u  = norm(u) wu;
+//   r  = x + u, then r = r f for each layer scalar     (optional: no add, no scalars, r = u)
+//   hj = norm(r) wj for j < nh                         (up to kFusedNorms norms of the same r)
+// Every op's output is stored, and quantized where the op's q8 asks, as run_chain does.
+constexpr int kFusedNorms = 3;
+constexpr int kFusedScales = 2;
+struct FusedOut {
+  float* out;
+  Q8Vec q8;
+};
+struct FusedChain {
+  int n4;
+  int n;                        // the rows' width (every op's)
+  int na;                       // 1 or 2 inputs
+  const float* a[2];            // the inputs
+  const float* wa[2];           // their norms' weights (null: none)
+  float eps_a[2];
+  FusedOut ua[2];               // their norms' outputs
+  FusedOut sum;                 // na == 2: the sum's output
+  bool has_un;                  // the norm of u
+  const float* wu;
+  float eps_u;
+  FusedOut un;
+  bool has_add;                 // r = x + u
+  const float* x;
+  FusedOut r;
+  int nsc;                      // layer scalars after the add (or on u)
+  float f[kFusedScales];
+  FusedOut rs[kFusedScales];
+  int nh;                       // the norms of r
+  const float* wh[kFusedNorms];
+  float eps_h[kFusedNorms];
+  FusedOut h[kFusedNorms];
+};
+
+// Whether c (all of it) has the fused shape; fills f. Each row read must not be written by an
+// earlier op (so it is loaded once, at the start), and each op must read the row that the op
+// before it wrote (the current value of u or r).
+inline bool fuse_chain(const RowChain& c, FusedChain* out) {
+  FusedChain f{};
+  const RowOp* o = c.op;
+  const int count = c.count;
+  int i = 0;
+  if (count < 2 || o[0].kind != RowOpKind::Norm) return false;
+  f.n = o[0].n;
+  f.n4 = f.n / 4;
+  auto fo = [](const RowOp& op) { return FusedOut{op.out, op.q8}; };
+  f.na = 1;
+  f.a[0] = o[0].a;
+  f.wa[0] = o[0].w;
+  f.eps_a[0] = o[0].f;
+  f.ua[0] = fo(o[0]);
+  const float* cur = o[0].out;
+  i = 1;
+  if (i + 1 < count && o[i].kind == RowOpKind::Norm && o[i].a != o[0].out && o[i].out != o[0].out &&
+      o[i + 1].kind == RowOpKind::Add &&
+      ((o[i + 1].a == o[0].out && o[i + 1].b == o[i].out) || (o[i + 1].a == o[i].out && o[i + 1].b == o[0].out))) {
+    f.na = 2;
+    f.a[1] = o[i].a;
+    f.wa[1] = o[i].w;
+    f.eps_a[1] = o[i].f;
+    f.ua[1] = fo(o[i]);
+    f.sum = fo(o[i + 1]);
+    cur = o[i + 1].out;
+    i += 2;
+    if (i < count && o[i].kind == RowOpKind::Norm && o[i].a == cur) {
+      f.has_un = true;
+      f.wu = o[i].w;
+      f.eps_u = o[i].f;
+      f.un = fo(o[i]);
+      cur = o[i].out;
+      ++i;
+    }
+  }
+  if (i < count && o[i].kind == RowOpKind::Add && (o[i].a == cur) != (o[i].b == cur)) {
+    f.has_add = true;
+    f.x = o[i].a == cur ? o[i].b : o[i].a;
+    for (int j = 0; j < i; ++j)
+      if (o[j].out == f.x) return false;  // x must be a row loaded at the start
+    f.r = fo(o[i]);
+    cur = o[i].out;
+    ++i;
+  }
+  while (i < count && o[i].kind == RowOpKind::Scale && o[i].a == cur && f.nsc < kFusedScales) {
+    f.f[f.nsc] = o[i].f;
+    f.rs[f.nsc++] = fo(o[i]);
+    cur = o[i].out;
+    ++i;
+  }
+  while (i < count && o[i].kind == RowOpKind::Norm && o[i].a == cur && o[i].out != cur && f.nh < kFusedNorms) {
+    f.wh[f.nh] = o[i].w;
+    f.eps_h[f.nh] = o[i].f;
+    f.h[f.nh++] = fo(o[i]);
+    ++i;
+  }
+  if (i != count) return false;
+  *out = f;
+  return true;
+}
+
+// The sums of squares of M rows (each thread's float4s v[m]) over the block, in run_chain's order
+// (the thread's float4s in order, the warp, then the warps in order): the same bits. part: the
+// caller's shared memory, two halves used in turn (one barrier per reduction); `round` counts them.
+template <int M>
+__device__ __forceinline__ void fused_sums(const float4 (*v)[kChainVec], int n4, float (*part)[kFusedNorms][kChainWarps],
+                                           int& round, float (&tot)[M]) {
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  float* half = &part[round & 1][0][0];
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kChainVec; ++c)
+      if (t + kChainThreads * c < n4) ss += dot4(v[m][c], v[m][c]);
+    ss = warp_sum(ss);
+    if (lane == 0) half[m * kChainWarps + warp] = ss;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    float s = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kChainWarps; ++w) s += half[m * kChainWarps + w];
+    tot[m] = s;
+  }
+  ++round;
+}
+
+// v = v r (then v w where w is given), as run_chain's norm.
+__device__ __forceinline__ void fused_scale_rows(float4 (&v)[kChainVec], float r, const float4 (&w)[kChainVec], bool hw) {
+#pragma unroll
+  for (int c = 0; c < kChainVec; ++c) {
+    v[c] = make_float4(v[c].x * r, v[c].y * r, v[c].z * r, v[c].w * r);
+    if (hw) v[c] = make_float4(v[c].x * w[c].x, v[c].y * w[c].y, v[c].z * w[c].z, v[c].w * w[c].w);
+  }
+}
+
+// Stores v to o.out (and its quantized copy where o.q8 asks).
+__device__ __forceinline__ void fused_store(const float4 (&v)[kChainVec], const FusedOut& o, int n4) {
+#pragma unroll
+  for (int c = 0; c < kChainVec; ++c) {
+    const int j = threadIdx.x + kChainThreads * c;
+    if (j < n4) reinterpret_cast<float4*>(o.out)[j] = v[c];
+  }
+  if (o.q8.q) quantize_float4s<kChainThreads>(v, o.q8, n4);
+}
+
+__device__ __forceinline__ void fused_load(const float* p, float4 (&v)[kChainVec], int n4) {
+#pragma unroll
+  for (int c = 0; c < kChainVec; ++c) {
+    const int j = threadIdx.x + kChainThreads * c;
+    v[c] = p && j < n4 ? reinterpret_cast<const float4*>(p)[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+}
+
+// Runs f in the calling block (kChainThreads threads), the programmatic wait included: the norm
+// weights are loaded before it, the rows after. Stamps: waited, loaded, then op0.. at the end of
+// each stage (the ops' indices in the chain: the stage's last op).
+template <bool PROBE>
+__device__ __forceinline__ void run_fused_chain(const FusedChain& f, ChainProbe<PROBE>& probe) {
+  __shared__ float part[2][kFusedNorms][kChainWarps];
+  const int n4 = f.n4;
+  float4 wa[2][kChainVec], wu[kChainVec], wh[kFusedNorms][kChainVec];
+  fused_load(f.wa[0], wa[0], n4);
+  if (f.na == 2) fused_load(f.wa[1], wa[1], n4);
+  if (f.has_un) fused_load(f.wu, wu, n4);
+#pragma unroll
+  for (int k = 0; k < kFusedNorms; ++k)
+    if (k < f.nh) fused_load(f.wh[k], wh[k], n4);
+  probe.stamp(kStagePreWait);
+  pdl_wait();
+  probe.stamp(kStageWaited);
+  float4 a[2][kChainVec], x[kChainVec];
+  fused_load(f.a[0], a[0], n4);
+  if (f.na == 2) fused_load(f.a[1], a[1], n4);
+  if (f.has_add) fused_load(f.x, x, n4);
+  int round = 0, op = 0;
+  // u: the inputs' norms (one reduction for both), their sum, its norm
+  if (f.na == 2) {
+    float tot[2];
+    fused_sums<2>(a, n4, part, round, tot);
+    probe.stamp(kStageLoaded);
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      fused_scale_rows(a[m], 1.0f / sqrtf(tot[m] / f.n + f.eps_a[m]), wa[m], f.wa[m] != nullptr);
+      fused_store(a[m], f.ua[m], n4);
+    }
+#pragma unroll
+    for (int c = 0; c < kChainVec; ++c)
+      a[0][c] = make_float4(a[0][c].x + a[1][c].x, a[0][c].y + a[1][c].y, a[0][c].z + a[1][c].z, a[0][c].w + a[1][c].w);
+    fused_store(a[0], f.sum, n4);
+    op = 2;
+    if (f.has_un) {
+      float tu[1];
+      fused_sums<1>(a, n4, part, round, tu);
+      fused_scale_rows(a[0], 1.0f / sqrtf(tu[0] / f.n + f.eps_u), wu, f.wu != nullptr);
+      fused_store(a[0], f.un, n4);
+      ++op;
+    }
+  } else {
+    float tot[1];
+    fused_sums<1>(a, n4, part, round, tot);
+    probe.stamp(kStageLoaded);
+    fused_scale_rows(a[0], 1.0f / sqrtf(tot[0] / f.n + f.eps_a[0]), wa[0], f.wa[0] != nullptr);
+    fused_store(a[0], f.ua[0], n4);
+  }
+  probe.stamp(kStageOp0 + op);
+  // r: the residual add and the layer scalars
+  if (f.has_add) {
+#pragma unroll
+    for (int c = 0; c < kChainVec; ++c)
+      a[0][c] = make_float4(x[c].x + a[0][c].x, x[c].y + a[0][c].y, x[c].z + a[0][c].z, x[c].w + a[0][c].w);
+    fused_store(a[0], f.r, n4);
+    ++op;
+  }
+#pragma unroll
+  for (int k = 0; k < kFusedScales; ++k) {
+    if (k >= f.nsc) break;
+    const float s = f.f[k];
+#pragma unroll
+    for (int c = 0; c < kChainVec; ++c) a[0][c] = make_float4(a[0][c].x * s, a[0][c].y * s, a[0][c].z * s, a[0][c].w * s);
+    fused_store(a[0], f.rs[k], n4);
+    ++op;
+  }
+  probe.stamp(kStageOp0 + op);
+  // h: the norms of r, one reduction (the same sum for each)
+  if (f.nh > 0) {
+    float tr[1];
+    fused_sums<1>(a, n4, part, round, tr);
+#pragma unroll
+    for (int k = 0; k < kFusedNorms; ++k) {
+      if (k >= f.nh) break;
+      float4 v[kChainVec];
+#pragma unroll
+      for (int c = 0; c < kChainVec; ++c) v[c] = a[0][c];
+      fused_scale_rows(v, 1.0f / sqrtf(tr[0] / f.n + f.eps_h[k]), wh[k], f.wh[k] != nullptr);
+      fused_store(v, f.h[k], n4);
+      ++op;
+    }
+    probe.stamp(kStageOp0 + op);
+  }
+}
+
 }  // namespace markbase::cuda

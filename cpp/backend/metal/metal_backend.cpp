@@ -156,8 +156,9 @@ std::vector<PlanItem> MetalBackend::plan(const Graph& g) const {
     const Op& o = ops[i];
     if (o.kind == OpKind::RmsNorm && is(i + 1, OpKind::Add)) {
       const Op& a = ops[i + 1];
-      if (o.group == o.n && a.b == o.out && a.a == a.out && a.n == o.n && a.out != o.out &&
-          a.out != o.a && g.rows(a.out) == g.rows(o.out)) {
+      // a.out = a.a + o.out, in place or not (the residual read from a.a)
+      if (o.group == o.n && a.b == o.out && a.a != o.out && a.n == o.n && a.out != o.out &&
+          a.out != o.a && g.rows(a.out) == g.rows(o.out) && g.rows(a.a) == g.rows(o.out)) {
         out.push_back({Fuse::NormAdd, i, 2});
         i += 2;
         continue;
@@ -429,13 +430,14 @@ void MetalBackend::encode(MTL::ComputeCommandEncoder* enc, const Graph& g, Graph
   switch (p.kind) {
     case Fuse::NormAdd: {
       const Op& add = g.ops[p.first + 1];
-      NormArgs a{op.n, op.n, stride(op.a), stride(op.out), stride(add.out), op.w != nullptr, op.f};
+      NormArgs a{op.n, op.n, stride(op.a), stride(op.out), stride(add.out), op.w != nullptr, op.f, stride(add.a)};
       use(enc, "rms_norm_add");
       args(enc, a);
       bind(enc, 1, slot(s, op.a));
       bind(enc, 2, norm_weight(op));
       bind(enc, 3, slot(s, op.out));
       bind(enc, 4, slot(s, add.out));
+      bind(enc, 5, slot(s, add.a));
       grid(enc, 1, rows, tg_threads(op.n));
       return;
     }

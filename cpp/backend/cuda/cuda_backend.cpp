@@ -29,7 +29,9 @@
 //    MoE router after the row chain before it instead of beside it (cuda::chain_router; bit-identical).
 //    MARKBASE_CUDA_ROUTER_DIRECT=0: chain_router's router blocks replay the chain's ops instead of
 //    computing their logits in direct form (bit-identical to the router's own launch; the direct
-//    form is the same to rounding).
+//    form is the same to rounding). MARKBASE_CUDA_CHAIN_FUSED=0 runs every decode row chain on the
+//    general loop over its plan instead of the fused form where Gemma's shape allows (kernels.h's
+//    chain_fused; bit-identical).
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -249,9 +249,9 @@ __global__ void __launch_bounds__(kRouterThreads) router_kernel(RouterArgs a) {
 // delaying it. All blocks fit on the GPU at once, and block 0 is the only one that waits, for
 // blocks that wait for nothing. Gemma's graph (model/gemma.cpp) writes the layer's residual to a
 // row of its own (xm) and the attention output's post-norm too, so none is held and nobody counts
-// or waits: on the H200 the count and the wait cost the router blocks ~2 300 SM cycles between
-// their last load landing and their dot, and block 0 ~1 600 (bench/RESULTS.md, twenty-third
-// session). Each kind of
+// or waits: on the H200 the count cost the router blocks ~2 300 SM cycles between their last
+// load landing and their count done, and the wait and the stores at the end cost block 0 ~1 600
+// (bench/RESULTS.md, twenty-third session). Each kind of
 // block runs the compact chain loop (~18 KB of instructions): the sixteenth session's form, the
 // unrolled chain and an unrolled replay of it in one kernel of 147 KB, ran its chain block at
 // 13 us against 5.7 alone.
@@ -1159,8 +1159,9 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
   ChainPlan p = chain_plan(c0, 0, c0.count);
   // Block 0 runs the general chain loop (row_chain.cuh's run_chain), not the fused form that
   // row_chain launches take: in this launch the fused chain ran its 4 ops in ~12 900 SM cycles
-  // after the wait against ~7 300 for the loop with its last norm on a second block, and decode
-  // was 1.8 % slower (H200, 6-layer 26B-A4B file; bench/RESULTS.md, twenty-third session).
+  // after the wait against ~7 300 for the loop with its last norm on a second block, and the
+  // launch took 9.1 us a layer against 7.0 (H200, 6-layer 26B-A4B file; bench/RESULTS.md,
+  // twenty-third session). Why the same code is slower here than alone is not known yet.
   const int chains = split ? chain_split_tail(p) : 1;
   p.held = chain_holds(p, rp, chains);
   const RouterDirect d = direct ? chain_direct_form(rp) : RouterDirect{};

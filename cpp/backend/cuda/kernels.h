@@ -155,8 +155,9 @@ int rms_norm_add(cudaStream_t s, const float* a, int a_stride, const float* w, i
 int rms_norm_rope(cudaStream_t s, const float* a, int a_stride, const float* w, float eps, const float* inv_freq,
                   const StepBuf* step, int T, int heads, int head_dim, float* out, int out_stride);
 // A run of row ops of one token (decode) in one launch: one block does the ops in order, on copies
-// of the rows in shared memory (norm_rope.cu), so a chain of post-norm, residual add, layer scalar
-// and the next norm costs one launch. RmsNorm here has one group (group == n). Every op of a chain
+// of the rows in shared memory, or, for the chains of Gemma's shape, in registers with the ops
+// fixed in the code (row_chain.cuh's fused form; norm_rope.cu), so a chain of post-norm, residual
+// add, layer scalar and the next norm costs one launch. RmsNorm here has one group (group == n). Every op of a chain
 // has the same n, a multiple of 4 and at most kChainMaxN; rows are 16-byte aligned. An op with q8 set
 // also writes its output quantized (n % 32 == 0). row_chain_setup(): once per process.
 enum class RowOpKind { Norm, Add, Scale };

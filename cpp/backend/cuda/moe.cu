@@ -1104,9 +1104,6 @@ ChainPlan chain_replay_plan(const RowChain& c, const float* router_in, int* rn_s
   return rp;
 }
 
-// The direct form of the router's input (RouterDirect) when the replay plan is its three ops: a
-// norm of a, the residual add of its output to x, and the router input's norm of the sum (Gemma 4's
-// MoE layers); off otherwise.
 // The held rows of block 0's plan p (ChainPlan::held): the rows it rewrites that the router
 // blocks (replay plan rp) or the other chain blocks (chains > 1: they copy in all that it does)
 // read.
@@ -1122,6 +1119,9 @@ unsigned chain_holds(const ChainPlan& p, const ChainPlan& rp, int chains) {
   return held;
 }
 
+// The direct form of the router's input (RouterDirect) when the replay plan is its three ops: a
+// norm of a, the residual add of its output to x, and the router input's norm of the sum (Gemma 4's
+// MoE layers); off otherwise.
 RouterDirect chain_direct_form(const ChainPlan& rp) {
   RouterDirect d{};
   const RowOp* o = rp.c.op;

@@ -1,7 +1,8 @@
 // The decode row chain (cuda::row_chain, kernels.h): a run of row ops of one token done by one
-// block on copies of the rows in shared memory. Here so that a kernel other than row_chain_kernel
-// (norm_rope.cu) can run a chain too: moe.cu's chain_router_kernel runs the chain before a MoE
-// router in its block 0, and its router blocks replay the part of it that the router's input needs.
+// block, on copies of the rows in shared memory (run_chain, any chain), or in registers for the
+// chains of Gemma's shape (run_fused_chain, below). Here so that a kernel other than norm_rope.cu's
+// can run a chain too: moe.cu's chain_router_kernel runs the chain before a MoE router in its
+// block 0, and its router blocks replay the part of it that the router's input needs.
 #pragma once
 #include "backend/cuda/chain_probe.cuh"
 #include "backend/cuda/cp_async.cuh"

@@ -38,6 +38,10 @@ enum ChainProbeStage {
 };
 struct ChainProbeTable {
   unsigned long long launches[kProbeKinds][kMaxRowOps + 1];
+  // Whether a kind's block ran on the SM that its previous launch used (its instruction cache may
+  // still hold its code): the previous SM id + 1, and the count of repeats.
+  unsigned last_sm[kProbeKinds][kMaxRowOps + 1];
+  unsigned long long same_sm[kProbeKinds][kMaxRowOps + 1];
   unsigned long long cycles[kProbeKinds][kMaxRowOps + 1][kProbeStages];
   unsigned long long hits[kProbeKinds][kMaxRowOps + 1][kProbeStages];
 };
@@ -48,6 +52,11 @@ struct ChainProbe {
   long long t0 = 0, t[kProbeStages] = {};
   __device__ __forceinline__ void start() {
     if constexpr (PROBE) t0 = clock64();
+  }
+  __device__ __forceinline__ static unsigned sm_id() {
+    unsigned id;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+    return id;
   }
   __device__ __forceinline__ void stamp(int stage) {
     if constexpr (PROBE) {
@@ -73,6 +82,8 @@ struct ChainProbe {
       if (threadIdx.x != 0) return;
       t[kStageEnd] = clock64() - t0;
       atomicAdd(&mb_chain_probe.launches[kind][ops], 1ull);
+      const unsigned sm = sm_id() + 1;
+      if (atomicExch(&mb_chain_probe.last_sm[kind][ops], sm) == sm) atomicAdd(&mb_chain_probe.same_sm[kind][ops], 1ull);
       for (int s = 0; s < kProbeStages; ++s)
         if (t[s] > 0) {
           atomicAdd(&mb_chain_probe.cycles[kind][ops][s], static_cast<unsigned long long>(t[s]));
@@ -96,8 +107,10 @@ static void chain_probe_print(const char* tag) {
   for (int k = 0; k < kProbeKinds; ++k)
     for (int n = 0; n <= kMaxRowOps; ++n) {
       if (!h.launches[k][n]) continue;
-      std::fprintf(stderr, "[cuda chain probe] %s: %s, %d ops, %llu launches; mean SM cycles from the block's start:",
-                   tag, kinds[k], n, h.launches[k][n]);
+      std::fprintf(stderr,
+                   "[cuda chain probe] %s: %s, %d ops, %llu launches (%.0f %% on the SM of the previous one); "
+                   "mean SM cycles from the block's start:",
+                   tag, kinds[k], n, h.launches[k][n], 100.0 * h.same_sm[k][n] / h.launches[k][n]);
       for (int s = 0; s < kProbeStages; ++s)
         if (h.hits[k][n][s])
           std::fprintf(stderr, " %s %.0f", stages[s], static_cast<double>(h.cycles[k][n][s]) / h.hits[k][n][s]);

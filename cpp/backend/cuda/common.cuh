@@ -199,6 +199,9 @@ __device__ __forceinline__ void rope_pair(float& x0, float& x1, float pos, float
 __device__ __forceinline__ float dot4(float4 a, float4 b) {
   return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
 }
+__device__ __forceinline__ float4 mul4(float4 a, float4 b) {
+  return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w);
+}
 
 }  // namespace markbase::cuda
 

@@ -282,10 +282,6 @@ struct RouterDirect {
 };
 constexpr int kDirectSums = 4 + 2 * kRouterGroups;
 
-__device__ __forceinline__ float4 mul4(float4 a, float4 b) {
-  return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w);
-}
-
 // A router block's kRouterGroups logits (experts e0 ..) in direct form, into lg (shared memory);
 // counts its reads of the chain's rows done on *copied when not null (block 0 rewrites them). n4:
 // float4s a row.

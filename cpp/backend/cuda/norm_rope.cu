@@ -277,7 +277,7 @@ __global__ void __launch_bounds__(kChainThreads) fused_chain_kernel(const __grid
   probe.start();
   pdl_trigger();
   run_fused_chain(f, probe);
-  probe.commit(kProbeFusedChain, f.na + (f.na == 2) + f.has_un + f.has_add + f.nsc + f.nh);
+  probe.commit(kProbeFusedChain, f.ops);
 }
 
 }  // namespace

@@ -303,7 +303,7 @@ struct FusedOut {
   Q8Vec q8;
 };
 struct FusedChain {
-  int n4;
+  int ops;                      // the chain's ops (the probe's key)
   int n;                        // the rows' width (every op's)
   int na;                       // 1 or 2 inputs
   const float* a[2];            // the inputs
@@ -336,8 +336,8 @@ inline bool fuse_chain(const RowChain& c, FusedChain* out) {
   const int count = c.count;
   int i = 0;
   if (count < 2 || o[0].kind != RowOpKind::Norm) return false;
+  f.ops = count;
   f.n = o[0].n;
-  f.n4 = f.n / 4;
   auto fo = [](const RowOp& op) { return FusedOut{op.out, op.q8}; };
   f.na = 1;
   f.a[0] = o[0].a;
@@ -425,7 +425,7 @@ __device__ __forceinline__ void fused_scale_rows(float4 (&v)[kChainVec], float r
 #pragma unroll
   for (int c = 0; c < kChainVec; ++c) {
     v[c] = make_float4(v[c].x * r, v[c].y * r, v[c].z * r, v[c].w * r);
-    if (hw) v[c] = make_float4(v[c].x * w[c].x, v[c].y * w[c].y, v[c].z * w[c].z, v[c].w * w[c].w);
+    if (hw) v[c] = mul4(v[c], w[c]);
   }
 }
 
@@ -453,7 +453,7 @@ __device__ __forceinline__ void fused_load(const float* p, float4 (&v)[kChainVec
 template <bool PROBE>
 __device__ __forceinline__ void run_fused_chain(const FusedChain& f, ChainProbe<PROBE>& probe) {
   __shared__ float part[2][kFusedNorms][kChainWarps];
-  const int n4 = f.n4;
+  const int n4 = f.n / 4;
   float4 wa[2][kChainVec], wu[kChainVec], wh[kFusedNorms][kChainVec];
   fused_load(f.wa[0], wa[0], n4);
   if (f.na == 2) fused_load(f.wa[1], wa[1], n4);

@@ -547,6 +547,27 @@ def test_chain_router_direct(need_cuda, tmp_path, qtype, narrow):
         path.unlink(missing_ok=True)
 
 
+@pytest.mark.parametrize("qtype,narrow", [("q4_0", False), ("q8_0", True)], ids=["q4_0", "q8_0-narrow"])
+def test_chain_router_poll_bit_identical(need_cuda, tmp_path, qtype, narrow):
+    """MARKBASE_CUDA_ROUTER_POLL=1: chain_router's routing block (the grid's last) polls a buffer
+    of the router blocks' logits (moe.cu's poll_logits) instead of the last block to count itself
+    done routing. The same logits in the same routing arithmetic: the same bits, tokens and
+    kernels, over two layers and 16 one-token steps, which reuse the buffer (emptied after each
+    poll); the probe's report names the polling block."""
+    path, summary, rng = _synthetic(tmp_path, f"26b-poll-{qtype}", preset="26b-a4b", layers=2, vocab=4096,
+                                    qtype=qtype, narrow=narrow)
+    ids = _ids(summary, 12, rng)
+    poll = {"MARKBASE_CUDA_ROUTER_POLL": "1"}
+    try:
+        base = _decode_fingerprint(path, ids, {})
+        other = _decode_fingerprint(path, ids, poll)
+        assert base["finite"]
+        assert (other["sha"], other["tokens"], other["kernels"]) == (base["sha"], base["tokens"], base["kernels"])
+        assert "polling router block, 3 ops" in _probe_report(path, ids, poll)
+    finally:
+        path.unlink(missing_ok=True)
+
+
 @pytest.mark.parametrize("qtype", ["q4_0", "q8_0"])
 def test_chain_probe_bit_identical(need_cuda, tmp_path, qtype):
     """MARKBASE_CUDA_CHAIN_PROBE=1 runs the row chain kernels' probe instances, which stamp each

@@ -18,6 +18,7 @@ enum ChainProbeKind {
   kProbeRouterLast,
   kProbeRouterDirect,
   kProbeFusedChain,  // row_chain.cuh's run_fused_chain
+  kProbeRouterPoll,  // chain_router's routing block in poll mode (moe.cu's poll_logits)
   kProbeKinds
 };
 enum ChainProbeStage {
@@ -27,7 +28,7 @@ enum ChainProbeStage {
   kStageOp0,       // after op i: kStageOp0 + i
   kStageHeld = kStageOp0 + kMaxRowOps,  // chain_router's block 0: the router blocks' copies counted
   kStageDot,       // a router block: its logits stored
-  kStageCounted,   // a router block: past its count (the last one knows it is last)
+  kStageCounted,   // a router block: past its count (the last one knows it is last), or its poll
   kStageRouted,    // the last router block: the route written
   kStageWeights,   // a chain block: its norm weights' copies landed (issued before the wait)
   kStageXA,        // a direct router block: its loads of x and a landed
@@ -98,7 +99,8 @@ static void chain_probe_print(const char* tag) {
   ChainProbeTable h{};
   if (cudaMemcpyFromSymbol(&h, mb_chain_probe, sizeof(h)) != cudaSuccess) return;
   static const char* kinds[] = {"row_chain", "chain_router block 0", "chain_router last router block",
-                                "chain_router last direct router block", "fused chain"};
+                                "chain_router last direct router block", "fused chain",
+                                "chain_router polling router block"};
   static_assert(sizeof(kinds) / sizeof(kinds[0]) == kProbeKinds, "kind names");
   static const char* stages[] = {"pre-wait", "waited", "loaded", "op0", "op1", "op2", "op3", "op4", "op5", "op6",
                                  "op7", "held", "dot", "counted", "routed", "weights landed", "x,a landed",

@@ -8,6 +8,7 @@
 //    matmuls (matmul.cu) run over that list with a fixed grid whose surplus blocks exit, so each
 //    expert's weights are read once per tile of its tokens.
 #include <algorithm>
+#include <cstdio>
 #include <stdexcept>
 #include <type_traits>
 
@@ -85,13 +86,14 @@ __device__ __forceinline__ float key_value(unsigned key) {
 // before its wait; lane j then takes its expert's scale by shuffles instead of a dependent load
 // after the top-k. A reference to the caller's registers, not a pointer: through a pointer the
 // array went to local memory (sass.sh).
+// route_row_vals: the same from the logits already in registers (lv[i]: expert lane + 32 i).
 template <int PER>
-__device__ void route_row_reg(const float* l, const float* scale, int E, int k, float* o, const float (&sc)[PER],
-                              bool has_sc) {
+__device__ void route_row_vals(const float (&lv)[PER], const float* scale, int E, int k, float* o,
+                               const float (&sc)[PER], bool has_sc) {
   const int lane = threadIdx.x & 31;
   unsigned key[PER];
 #pragma unroll
-  for (int i = 0; i < PER; ++i) key[i] = lane + 32 * i < E ? order_key(__ldcg(l + lane + 32 * i)) : 0u;
+  for (int i = 0; i < PER; ++i) key[i] = lane + 32 * i < E ? order_key(lv[i]) : 0u;
   float top = 0.0f, mine = 0.0f;
   int mine_e = 0;
   for (int j = 0; j < k; ++j) {
@@ -128,6 +130,15 @@ __device__ void route_row_reg(const float* l, const float* scale, int E, int k, 
     o[2 * lane + 1] = static_cast<float>(mine_e);
   }
 }
+template <int PER>
+__device__ void route_row_reg(const float* l, const float* scale, int E, int k, float* o, const float (&sc)[PER],
+                              bool has_sc) {
+  const int lane = threadIdx.x & 31;
+  float lv[PER];
+#pragma unroll
+  for (int i = 0; i < PER; ++i) lv[i] = lane + 32 * i < E ? __ldcg(l + lane + 32 * i) : 0.0f;
+  route_row_vals<PER>(lv, scale, E, k, o, sc, has_sc);
+}
 
 // One warp per token row.
 __global__ void route_kernel(const float* logits, int ls, const float* scale, int E, int k, float* out, int os) {
@@ -160,7 +171,49 @@ struct RouterArgs {
   float* out;
   unsigned* counter;
   bool scale_early;
+  float* poll;  // chain_router: null, or its poll buffer (kChainPollExperts floats, kPollEmpty)
 };
+
+// chain_router's poll buffer (MARKBASE_CUDA_ROUTER_POLL=1): each router block stores its logits
+// there too, and one routing block, the last in the grid, polls it until none is kPollEmpty (a NaN
+// bit pattern that arithmetic does not produce: the GPU's NaNs are 0x7fffffff), routes, and
+// empties it for the next launch. Against the count of finished router blocks (an acquire-release
+// atomic after the logits' stores, then the logits read back by the last block counted): one L2
+// round trip after the last logit lands instead of the store's release, the atomic's round trip
+// and the read. A poll that outlasts kPollCycles (~1 s: a router block that never ran) traps,
+// which the backend reports as an error. H200, 6-layer 26B-A4B file: the routing block routed
+// ~1 200 SM cycles earlier after its wait, but decode moved only 0.4 % slower to 0.6 % faster than
+// with the count in two calls (bench/RESULTS.md, twenty-fourth session): the count stays the
+// default.
+constexpr unsigned kPollEmpty = 0xffffffffu;
+constexpr long long kPollCycles = 2000000000ll;
+__device__ __forceinline__ void st_relaxed(float* p, float v) {
+  asm volatile("st.relaxed.gpu.global.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
+}
+__device__ __forceinline__ float ld_relaxed(const float* p) {
+  float v;
+  asm volatile("ld.relaxed.gpu.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+  return v;
+}
+// The E <= 128 logits of the poll buffer in the calling warp's registers (lane l: experts
+// l + 32 i), once all have landed; then the buffer is emptied.
+__device__ __forceinline__ void poll_logits(float* poll, int E, float (&lv)[4]) {
+  const int lane = threadIdx.x & 31;
+  const long long t0 = clock64();
+  for (;;) {
+    bool ready = true;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      lv[i] = lane + 32 * i < E ? ld_relaxed(poll + lane + 32 * i) : 0.0f;
+      ready = ready && __float_as_uint(lv[i]) != kPollEmpty;
+    }
+    if (__all_sync(0xffffffffu, ready)) break;
+    if (clock64() - t0 > kPollCycles) __trap();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    if (lane + 32 * i < E) st_relaxed(poll + lane + 32 * i, __uint_as_float(kPollEmpty));
+}
 
 // Block e of the router (kRouterThreads threads; the caller has triggered its dependents).
 template <int TYPE>
@@ -385,6 +438,52 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
   __syncthreads();
 }
 
+// A router block's end, its logits lg (shared memory, experts e0 ..) computed: with r.poll set, it
+// stores them to the poll buffer too and, the grid's last block, routes once all are in; else it
+// counts itself done and routes if last (routers: the router blocks in the grid). sc: the first
+// warp's per-expert scales when sc_early. kind, ops: the probe's key for the routing block.
+template <bool PROBE>
+__device__ __forceinline__ void router_finish(const RouterArgs& r, const float* lg, int e0, unsigned routers,
+                                              const float (&sc)[4], bool sc_early, int ops, int kind,
+                                              ChainProbe<PROBE>& probe) {
+  __shared__ float p_route[kMaxExperts];
+  __shared__ bool last;
+  const int E = r.E, k = r.k;
+  if (r.poll) {  // E <= 128, k <= 32: chain_router checked
+    if (threadIdx.x == 0)
+      for (int g = 0; g < kRouterGroups && e0 + g < E; ++g) {
+        r.logits[e0 + g] = lg[g];
+        st_relaxed(r.poll + e0 + g, lg[g]);
+      }
+    probe.stamp(kStageDot);
+    if (blockIdx.x != gridDim.x - 1) return;
+    if (threadIdx.x < 32) {
+      float lv[4];
+      poll_logits(r.poll, E, lv);
+      probe.stamp(kStageCounted);
+      route_row_vals<4>(lv, r.scale, E, k, r.out, sc, sc_early);
+    }
+    probe.stamp(kStageRouted);
+    probe.commit(kProbeRouterPoll, ops);
+    return;
+  }
+  if (threadIdx.x == 0) {
+    for (int g = 0; g < kRouterGroups && e0 + g < E; ++g) r.logits[e0 + g] = lg[g];
+    probe.stamp(kStageDot);
+    last = atomic_add_acq_rel(r.counter, 1u) == routers - 1;  // as router_block's counter
+    probe.stamp(kStageCounted);
+  }
+  __syncthreads();
+  if (!last) return;
+  if (threadIdx.x < 32) {
+    if (E <= 128 && k <= 32) route_row_reg<4>(r.logits, r.scale, E, k, r.out, sc, sc_early);
+    else route_row(r.logits, r.scale, E, k, r.out, p_route);
+  }
+  if (threadIdx.x == 0) *r.counter = 0;
+  probe.stamp(kStageRouted);
+  probe.commit(kind, ops);
+}
+
 // PROBE: chain_probe.cuh's stamps (block 0 and the last router block). DIRECT: the router blocks
 // in direct form (d), else they replay rp.
 template <int TYPE, bool PROBE = false, bool DIRECT = false>
@@ -393,10 +492,8 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
                                                                      int rn_slot, int chains, RouterArgs r,
                                                                      unsigned* copied, RouterDirect d) {
   extern __shared__ float4 sm[];  // p.slots rows of p.n4 float4s (rp has fewer)
-  __shared__ float p_route[kMaxExperts];
   __shared__ float part[kChainWarps];
   __shared__ float lg[kRouterGroups];
-  __shared__ bool last;
   ChainProbe<PROBE> probe;
   probe.start();
   pdl_trigger();
@@ -429,12 +526,11 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
   }
   const int e0 = (blk - chains) * kRouterGroups;
   const WeightRef& w = r.w;
-  const int E = r.E, k = r.k;
+  const int E = r.E;
   // Before the wait (weights, which no kernel writes): the first warp's per-expert scales, as
   // router_block loads them.
-  const bool reg_route = E <= 128 && k <= 32;
   float sc[4];
-  const bool sc_early = r.scale_early && r.scale && reg_route && threadIdx.x < 32;
+  const bool sc_early = r.scale_early && r.scale && E <= 128 && r.k <= 32 && threadIdx.x < 32;
   if (sc_early) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) sc[i] = threadIdx.x + 32 * i < E ? r.scale[threadIdx.x + 32 * i] : 1.0f;
@@ -478,21 +574,7 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
     }
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int g = 0; g < kRouterGroups && e0 + g < E; ++g) r.logits[e0 + g] = lg[g];
-    probe.stamp(kStageDot);
-    last = atomic_add_acq_rel(r.counter, 1u) == routers - 1;  // as router_block's counter
-    probe.stamp(kStageCounted);
-  }
-  __syncthreads();
-  if (!last) return;
-  if (threadIdx.x < 32) {
-    if (reg_route) route_row_reg<4>(r.logits, r.scale, E, k, r.out, sc, sc_early);
-    else route_row(r.logits, r.scale, E, k, r.out, p_route);
-  }
-  if (threadIdx.x == 0) *r.counter = 0;
-  probe.stamp(kStageRouted);
-  probe.commit(DIRECT ? kProbeRouterDirect : kProbeRouterLast, rp.c.count);
+  router_finish(r, lg, e0, routers, sc, sc_early, rp.c.count, DIRECT ? kProbeRouterDirect : kProbeRouterLast, probe);
 }
 
 struct HostIds {
@@ -1134,7 +1216,7 @@ RouterDirect chain_direct_form(const ChainPlan& rp) {
 
 int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool router_in_read,
                  const WeightRef& w, const float* expert_scale, int E, int k, float* logits, float* out,
-                 unsigned* counters, bool split, bool direct) {
+                 unsigned* counters, float* poll, bool split, bool direct) {
   if (!chain_router_fits(c, router_in, w, E)) return 0;
   int rn_slot = 0;
   const ChainPlan rp = chain_replay_plan(c, router_in, &rn_slot);
@@ -1162,8 +1244,17 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
   p.held = chain_holds(p, rp, chains);
   const RouterDirect d = direct ? chain_direct_form(rp) : RouterDirect{};
   const size_t smem = static_cast<size_t>(std::max(p.slots, rp.slots)) * p.n4 * 16;  // block 0's rows, or rp's
-  const int grid = chains + (E + kRouterGroups - 1) / kRouterGroups;
-  const RouterArgs r{w, router_in, expert_scale, E, k, logits, out, counters, router_scale_early()};
+  // Timing only (wrong results): MARKBASE_CUDA_PROBE_NO_ROUTER=1 launches the chain blocks alone,
+  // to see what the router blocks beside them cost them (the route is not written).
+  static const bool no_router = [] {
+    const bool on = env_flag("MARKBASE_CUDA_PROBE_NO_ROUTER", false);
+    if (on) std::fprintf(stderr, "[cuda] MARKBASE_CUDA_PROBE_NO_ROUTER=1: MoE layers are not routed (timing only)\n");
+    return on;
+  }();
+  const int grid = chains + (no_router ? 0 : (E + kRouterGroups - 1) / kRouterGroups);
+  const bool polled = poll && E <= kChainPollExperts && k <= 32;
+  const RouterArgs r{w, router_in, expert_scale, E, k, logits, out, counters, router_scale_early(),
+                     polled ? poll : nullptr};
   auto launch = [&](auto kernel) {
     static const bool setup = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(kChainSmem)) == cudaSuccess;

@@ -127,6 +127,16 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
+// A device-scope relaxed store and load of a float: a value that other blocks poll for while it
+// is written (moe.cu's poll buffer), with no ordering of other accesses.
+__device__ __forceinline__ void st_relaxed(float* p, float v) {
+  asm volatile("st.relaxed.gpu.global.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
+}
+__device__ __forceinline__ float ld_relaxed(const float* p) {
+  float v;
+  asm volatile("ld.relaxed.gpu.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+  return v;
+}
 
 // The final logit softcap, y = cap tanh(x / cap): the softcap op and the LM head's product that
 // folds it in (matvec_q8.cu) compute it here, so that both give the same bits.

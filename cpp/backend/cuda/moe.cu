@@ -187,14 +187,6 @@ struct RouterArgs {
 // default.
 constexpr unsigned kPollEmpty = 0xffffffffu;
 constexpr long long kPollCycles = 2000000000ll;
-__device__ __forceinline__ void st_relaxed(float* p, float v) {
-  asm volatile("st.relaxed.gpu.global.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
-}
-__device__ __forceinline__ float ld_relaxed(const float* p) {
-  float v;
-  asm volatile("ld.relaxed.gpu.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
-  return v;
-}
 // The E <= 128 logits of the poll buffer in the calling warp's registers (lane l: experts
 // l + 32 i), once all have landed; then the buffer is emptied.
 __device__ __forceinline__ void poll_logits(float* poll, int E, float (&lv)[4]) {

@@ -9,7 +9,7 @@
 #     old:g4-26b-dense-6L new:g4-26b-dense-6L" bash bench/cuda/ab_builds.sh
 # BUILDS: NAME=TARBALL pairs (the working tree is "new"). VARIANTS: BUILD:FILE[:ENV=VAL,ENV=VAL]
 # with FILE one of g4-26b-6L, g4-26b-dense-6L, g4-e4b-6L (6-layer synthetic Q4_0 files).
-# PROBE=0: no chain probe runs. TESTS="-k chain_router": pytest of the new build's CUDA tests too.
+# PROBE=0: no chain probe runs. ROUNDS: rounds of the variants (3). TESTS="-k chain_router": pytest of the new build's CUDA tests too.
 # Output: $OUT/ab.txt (~150-250 s with two builds; the builds share the 16 cores).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -54,7 +54,7 @@ run() {  # run BUILD FILE ENVS [extra env...]: one decode figure (or the probe's
   env ${envs//,/ } "$@" PYTHONPATH=${PYP[$b]} ${BIN[$b]} --model $M/$f.gguf --backend cuda --prompt-tokens 512 \
     --gen-tokens 128 --repeats 3 --json 2>&1
 }
-for round in 1 2 3; do
+for round in $(seq 1 ${ROUNDS:-3}); do
   echo "== round $round" >> "$R"
   for v in $VARIANTS; do
     b=${v%%:*} rest=${v#*:}; f=${rest%%:*}; envs=""; [ "$rest" != "$f" ] && envs=${rest#*:}

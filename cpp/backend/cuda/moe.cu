@@ -172,6 +172,7 @@ struct RouterArgs {
   unsigned* counter;
   bool scale_early;
   float* poll;  // chain_router: null, or its poll buffer (kChainPollExperts floats, kPollEmpty)
+  bool chain_trigger_late;  // chain_router: its chain blocks let the next launch start only as they end
 };
 
 // chain_router's poll buffer (MARKBASE_CUDA_ROUTER_POLL=1): each router block stores its logits
@@ -488,7 +489,8 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
   __shared__ float lg[kRouterGroups];
   ChainProbe<PROBE> probe;
   probe.start();
-  pdl_trigger();
+  // A block that never triggers lets the dependents start when it ends.
+  if (!r.chain_trigger_late || static_cast<int>(blockIdx.x) >= chains) pdl_trigger();
   const unsigned routers = gridDim.x - chains;
   // Whether block 0 rewrites rows that other blocks read (p.held): only then do they count their
   // reads, and block 0 waits for the count. Gemma's graph writes no row that this launch reads.
@@ -1245,8 +1247,12 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
   }();
   const int grid = chains + (no_router ? 0 : (E + kRouterGroups - 1) / kRouterGroups);
   const bool polled = poll && E <= kChainPollExperts && k <= 32;
+  // A/B switch: MARKBASE_CUDA_CHAIN_ROUTER_LATE_TRIGGER=1 starts the next launch (the experts'
+  // gate/up, whose dense blocks load their weights before their wait) only once the chain blocks
+  // end, not as this launch starts: whether its early blocks slow the chain beside them.
+  static const bool late = env_flag("MARKBASE_CUDA_CHAIN_ROUTER_LATE_TRIGGER", false);
   const RouterArgs r{w, router_in, expert_scale, E, k, logits, out, counters, router_scale_early(),
-                     polled ? poll : nullptr};
+                     polled ? poll : nullptr, late};
   auto launch = [&](auto kernel) {
     static const bool setup = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(kChainSmem)) == cudaSuccess;

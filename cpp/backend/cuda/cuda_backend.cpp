@@ -203,7 +203,7 @@ struct GraphState {
   DevPtr matmul_scratch;       // prefill int8 products: split-K parts and tile counters
   cuda::MatmulQ8Scratch matmul_scratch_v;
   DevPtr router_counter;       // cuda::moe_router's count of finished blocks (cuda::chain_router: two counts)
-  DevPtr router_poll;          // cuda::chain_router's poll buffer (MARKBASE_CUDA_ROUTER_POLL=1)
+  DevPtr router_poll;          // cuda::chain_router's poll buffer (MARKBASE_CUDA_ROUTER_POLL=1 only)
   cudaGraphExec_t exec = nullptr;
   const CudaCaches* captured_for = nullptr;
   int kernels = 0;             // kernels launched by one run of the graph
@@ -646,8 +646,10 @@ class CudaBackend : public Backend {
       st->matmul_scratch_v = {st->matmul_scratch.get(), mmq};
     }
     st->router_counter = dev_alloc(2 * sizeof(unsigned));
-    st->router_poll = dev_alloc(cuda::kChainPollExperts * sizeof(float));
-    CK(cudaMemset(st->router_poll.get(), 0xff, cuda::kChainPollExperts * sizeof(float)));  // empty
+    if (router_poll_) {
+      st->router_poll = dev_alloc(cuda::kChainPollExperts * sizeof(float));
+      CK(cudaMemset(st->router_poll.get(), 0xff, cuda::kChainPollExperts * sizeof(float)));  // empty
+    }
     if (q8_graph(g)) {
       for (size_t i = 0; i < g.slots.size(); ++i) st->q8.push_back(dev_alloc(q8_bytes(g.slots[i].cols)));
       if (act) st->moe_act_q8 = dev_alloc(q8_bytes((act + 31) / 32 * 32));

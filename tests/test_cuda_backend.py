@@ -438,7 +438,8 @@ def test_row_chain_fused_bit_identical(need_cuda, tmp_path, preset, dense):
     on the general loop over a plan (MARKBASE_CUDA_CHAIN_FUSED=0). The same arithmetic in the same
     order: the logits and tokens must be bit-identical, in as many kernels, and the probe's report
     must show the fused chains running: the MoE file's 7-op second chain (its chain+router launch
-    keeps the general loop), the dense equivalent's, E2B's per-layer embedding chains, Gemma 3's."""
+    has no chain block in the default spread form), the dense equivalent's, E2B's per-layer
+    embedding chains, Gemma 3's."""
     path, summary, rng = _synthetic(tmp_path, f"{preset}-{dense}-fused", preset=preset, layers=3, vocab=4096,
                                     qtype="q4_0", dense_equivalent=dense)
     ids = _ids(summary, 12, rng)
@@ -447,7 +448,7 @@ def test_row_chain_fused_bit_identical(need_cuda, tmp_path, preset, dense):
     assert fused["kernels"] == general["kernels"]
     assert "fused chain" in report, report
     if preset == "26b-a4b" and not dense:
-        assert "fused chain, 7 ops" in report and "chain_router block 0, 4 ops" in report, report
+        assert "fused chain, 7 ops" in report and "chain_router block 0" not in report, report
 
 
 def _probe_report(path, ids, env: dict) -> str:
@@ -481,7 +482,7 @@ def test_chain_router_bit_identical(need_cuda, tmp_path, qtype, narrow, mix):
     path, summary, rng = _synthetic(tmp_path, f"26b-cr-{qtype}", preset="26b-a4b", layers=2, vocab=4096, qtype=qtype,
                                     narrow=narrow, tensor_types=types)
     ids = _ids(summary, 12, rng)
-    replay = {"MARKBASE_CUDA_ROUTER_DIRECT": "0"}
+    replay = {"MARKBASE_CUDA_ROUTER_DIRECT": "0", "MARKBASE_CUDA_ROUTER_POLL": "0"}
     on = _decode_fingerprint(path, ids, replay)
     last = _decode_fingerprint(path, ids, {**replay, "MARKBASE_CUDA_DENSE_GU_FIRST": "0"})
     apart = _decode_fingerprint(path, ids, {**replay, "MARKBASE_CUDA_CHAIN_ROUTER": "0"})
@@ -541,29 +542,52 @@ def test_chain_router_direct(need_cuda, tmp_path, qtype, narrow):
     ids = _ids(summary, 12, rng)
     try:
         _close_to_variant(path, ids, {"MARKBASE_CUDA_ROUTER_DIRECT": "0"}, tmp_path)
-        report = _probe_report(path, ids, {})
+        report = _probe_report(path, ids, {"MARKBASE_CUDA_CHAIN_SPREAD": "0", "MARKBASE_CUDA_ROUTER_POLL": "0"})
         assert "last direct router block, 3 ops" in report and "chain_router block 0, 4 ops" in report, report
     finally:
         path.unlink(missing_ok=True)
 
 
 @pytest.mark.parametrize("qtype,narrow", [("q4_0", False), ("q8_0", True)], ids=["q4_0", "q8_0-narrow"])
+def test_chain_router_spread(need_cuda, tmp_path, qtype, narrow):
+    """chain_router's default spread form (SpreadChain, moe.cu): no chain blocks; the direct
+    router blocks also write the chain's rows (the post-attention norm, the residual, the dense
+    MLP's and the experts' inputs with their 8-bit copies), each its share, with the norms of the
+    residual scaled from the direct form's expanded sum. The same values as the chain blocks'
+    (MARKBASE_CUDA_CHAIN_SPREAD=0) to rounding (_close_to_variant's bounds, default and precise
+    mode); the probe's report shows router blocks and no chain block. Against the CPU: default
+    mode is test_q8_decode_default_mode's, precise mode test_chain_router_precise_mode's."""
+    path, summary, rng = _synthetic(tmp_path, f"26b-spread-{qtype}", preset="26b-a4b", layers=2, vocab=4096,
+                                    qtype=qtype, narrow=narrow)
+    ids = _ids(summary, 12, rng)
+    try:
+        _close_to_variant(path, ids, {"MARKBASE_CUDA_CHAIN_SPREAD": "0"}, tmp_path)
+        report = _probe_report(path, ids, {})
+        assert "polling router block, 3 ops" in report and "chain_router block 0" not in report, report
+    finally:
+        path.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("qtype,narrow", [("q4_0", False), ("q8_0", True)], ids=["q4_0", "q8_0-narrow"])
 def test_chain_router_poll_bit_identical(need_cuda, tmp_path, qtype, narrow):
-    """MARKBASE_CUDA_ROUTER_POLL=1: chain_router's routing block (the grid's last) polls a buffer
-    of the router blocks' logits (moe.cu's poll_logits) instead of the last block to count itself
-    done routing. The same logits in the same routing arithmetic: the same bits, tokens and
-    kernels, over two layers and 16 one-token steps, which reuse the buffer (emptied after each
-    poll); the probe's report names the polling block."""
+    """chain_router's routing block (the grid's last) polls a buffer of the router blocks' logits
+    (moe.cu's poll_logits; the default) instead of the last block to count itself done routing
+    (MARKBASE_CUDA_ROUTER_POLL=0). The same logits in the same routing arithmetic: the same bits,
+    tokens and kernels, over two layers and 16 one-token steps, which reuse the buffer (emptied
+    after each poll), with the router blocks writing the chain's rows (the default spread form) and
+    beside chain blocks (MARKBASE_CUDA_CHAIN_SPREAD=0); the probe's report names the polling
+    block."""
     path, summary, rng = _synthetic(tmp_path, f"26b-poll-{qtype}", preset="26b-a4b", layers=2, vocab=4096,
                                     qtype=qtype, narrow=narrow)
     ids = _ids(summary, 12, rng)
-    poll = {"MARKBASE_CUDA_ROUTER_POLL": "1"}
+    count = {"MARKBASE_CUDA_ROUTER_POLL": "0"}
     try:
-        base = _decode_fingerprint(path, ids, {})
-        other = _decode_fingerprint(path, ids, poll)
-        assert base["finite"]
-        assert (other["sha"], other["tokens"], other["kernels"]) == (base["sha"], base["tokens"], base["kernels"])
-        assert "polling router block, 3 ops" in _probe_report(path, ids, poll)
+        for form in ({}, {"MARKBASE_CUDA_CHAIN_SPREAD": "0"}):
+            base = _decode_fingerprint(path, ids, {**form, **count})
+            poll = _decode_fingerprint(path, ids, form)
+            assert base["finite"]
+            assert (poll["sha"], poll["tokens"], poll["kernels"]) == (base["sha"], base["tokens"], base["kernels"])
+            assert "polling router block, 3 ops" in _probe_report(path, ids, form)
     finally:
         path.unlink(missing_ok=True)
 
@@ -583,37 +607,44 @@ def test_chain_probe_bit_identical(need_cuda, tmp_path, qtype):
         assert on["kernels"] == probed["kernels"]
 
 
-@pytest.mark.parametrize("experts,top_k", [(6, 3), (40, 5)])
-def test_chain_router_precise_mode(need_cuda, tmp_path, monkeypatch, experts, top_k):
+@pytest.mark.parametrize("experts,top_k,hidden", [(6, 3, None), (40, 5, None), (6, 2, 4096)])
+def test_chain_router_precise_mode(need_cuda, tmp_path, monkeypatch, experts, top_k, hidden):
     """The router beside the row chain (chain_router) in precise mode, where the experts and the
     dense MLP keep their own launches, on tiny Hugging Face MoE models whose expert counts leave
     the last router block part empty (4 experts a block). With the router blocks replaying the
     chain's ops (MARKBASE_CUDA_ROUTER_DIRECT=0): the same logits bit for bit and the same tokens as
     the two launches one after the other (MARKBASE_CUDA_CHAIN_ROUTER=0), one launch a layer fewer,
-    and as the chain in block 0 alone (MARKBASE_CUDA_CHAIN_SPLIT=0). The default direct form: the
-    replay's logits within 1e-5 (float rounding only). Both against the CPU's precise mode."""
+    and as the chain in block 0 alone (MARKBASE_CUDA_CHAIN_SPLIT=0). The default direct form, with
+    the router blocks writing the chain's rows (the spread form) and with chain blocks
+    (MARKBASE_CUDA_CHAIN_SPREAD=0): the replay's logits within 1e-5 (float rounding only). All
+    against the CPU's precise mode. hidden 4096 with 2 router blocks: the spread form's rows take
+    its blocks two passes."""
     import tiny_gemma
-    model = tiny_gemma.build_model("gemma4_moe", seed=11, num_experts=experts, top_k_experts=top_k)
+    extra = {"hidden_size": hidden} if hidden else {}
+    model = tiny_gemma.build_model("gemma4_moe", seed=11, num_experts=experts, top_k_experts=top_k, **extra)
     path = tiny_gemma.save_model(model, str(tmp_path / f"moe-{experts}"))
     rng = np.random.default_rng(experts)
     ids = [2] + [int(x) for x in rng.integers(4, 512, 19)]
     out = {}
-    for name, chain, split, direct in (("chained", "1", "1", "0"), ("alone", "1", "0", "0"), ("apart", "0", "1", "0"),
-                                       ("direct", "1", "1", "1")):
+    for name, chain, split, direct, spread in (("chained", "1", "1", "0", "1"), ("alone", "1", "0", "0", "1"),
+                                               ("apart", "0", "1", "0", "1"), ("direct", "1", "1", "1", "1"),
+                                               ("blocks", "1", "1", "1", "0")):
         monkeypatch.setenv("MARKBASE_CUDA_CHAIN_ROUTER", chain)
         monkeypatch.setenv("MARKBASE_CUDA_CHAIN_SPLIT", split)
         monkeypatch.setenv("MARKBASE_CUDA_ROUTER_DIRECT", direct)
+        monkeypatch.setenv("MARKBASE_CUDA_CHAIN_SPREAD", spread)
         m = markbase.Model.load(path, backend="cuda", precise=True, kv_cache="f32", prefill_chunk=1)
         out[name] = (np.asarray(m.logits(ids)), _greedy(m, ids, 6), m.stats()["kernels_per_token"])
         del m
     for name in ("alone", "apart"):
         assert np.array_equal(out["chained"][0], out[name][0]), name
         assert out["chained"][1] == out[name][1], name
-    assert out["chained"][2] == out["alone"][2] == out["direct"][2] < out["apart"][2]
-    assert rel_err(out["direct"][0], out["chained"][0]) < 1e-5
+    assert out["chained"][2] == out["alone"][2] == out["direct"][2] == out["blocks"][2] < out["apart"][2]
+    for name in ("direct", "blocks"):
+        assert rel_err(out[name][0], out["chained"][0]) < 1e-5, name
     cpu = markbase.Model.load(path, backend="cpu", precise=True, kv_cache="f32", prefill_chunk=1)
     want, toks = np.asarray(cpu.logits(ids)), _greedy(cpu, ids, 6)
-    for name in ("chained", "direct"):
+    for name in ("chained", "direct", "blocks"):
         assert rel_err(out[name][0], want) < MAX_REL, name
         assert out[name][1] == toks, name
 

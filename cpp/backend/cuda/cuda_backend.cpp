@@ -31,8 +31,11 @@
 //    computing their logits in direct form (bit-identical to the router's own launch; the direct
 //    form is the same to rounding). MARKBASE_CUDA_CHAIN_FUSED=0 runs every decode row chain on the
 //    general loop over its plan instead of the fused form where Gemma's shape allows (kernels.h's
-//    chain_fused; bit-identical). MARKBASE_CUDA_ROUTER_POLL=1: chain_router's routing block polls
-//    the router blocks' logits instead of counting them done (bit-identical).
+//    chain_fused; bit-identical). MARKBASE_CUDA_ROUTER_POLL=0: chain_router's routing block is
+//    the last router block to count itself done instead of one that polls the router blocks'
+//    logits (bit-identical).
+//    MARKBASE_CUDA_CHAIN_SPREAD=0: chain_router keeps its chain blocks instead of the direct
+//    router blocks writing the chain's rows (moe.cu's SpreadChain; the same values to rounding).
 //    MARKBASE_CUDA_PROBE_NO_ROUTER=1 (timing only, wrong results): chain_router without its router
 //    blocks.
 #include <cuda_runtime.h>
@@ -203,7 +206,7 @@ struct GraphState {
   DevPtr matmul_scratch;       // prefill int8 products: split-K parts and tile counters
   cuda::MatmulQ8Scratch matmul_scratch_v;
   DevPtr router_counter;       // cuda::moe_router's count of finished blocks (cuda::chain_router: two counts)
-  DevPtr router_poll;          // cuda::chain_router's poll buffer (MARKBASE_CUDA_ROUTER_POLL=1 only)
+  DevPtr router_poll;          // cuda::chain_router's poll buffer (not with MARKBASE_CUDA_ROUTER_POLL=0)
   cudaGraphExec_t exec = nullptr;
   const CudaCaches* captured_for = nullptr;
   int kernels = 0;             // kernels launched by one run of the graph
@@ -250,7 +253,8 @@ class CudaBackend : public Backend {
     chain_router_ = env_flag("MARKBASE_CUDA_CHAIN_ROUTER", true);
     chain_split_ = env_flag("MARKBASE_CUDA_CHAIN_SPLIT", true);
     router_direct_ = env_flag("MARKBASE_CUDA_ROUTER_DIRECT", true);
-    router_poll_ = env_flag("MARKBASE_CUDA_ROUTER_POLL", false);
+    chain_spread_ = env_flag("MARKBASE_CUDA_CHAIN_SPREAD", true);
+    router_poll_ = env_flag("MARKBASE_CUDA_ROUTER_POLL", true);
     streams_ = env_flag("MARKBASE_CUDA_STREAMS", true) && !trace_;  // the trace is one stream's order
     int8_prefill_ = env_flag("MARKBASE_CUDA_INT8_PREFILL", true) && !opt_.precise;
     attn_tc_ = env_flag("MARKBASE_CUDA_ATTN_TC", true);
@@ -1048,7 +1052,7 @@ class CudaBackend : public Backend {
                                             ro.group, ro.k, ptr<float>(st.slots[rm.out]), ptr<float>(st.slots[ro.out]),
                                             ptr<unsigned>(st.router_counter),
                                             router_poll_ ? ptr<float>(st.router_poll) : nullptr, chain_split_,
-                                            router_direct_);
+                                            router_direct_, chain_spread_);
               routed = r + 1;
               chain_routed = r;
             }
@@ -1326,8 +1330,9 @@ class CudaBackend : public Backend {
   bool moe_dense_ = true;  // MARKBASE_CUDA_MOE_DENSE=0: the dense MLP of a MoE layer in its own launches
   bool chain_router_ = true;  // MARKBASE_CUDA_CHAIN_ROUTER=0: a MoE router in its own launch after the row chain
   bool chain_split_ = true;  // MARKBASE_CUDA_CHAIN_SPLIT=0: chain_router's chain in block 0 alone
-  bool router_poll_ = false;  // MARKBASE_CUDA_ROUTER_POLL=1: chain_router's routing block polls the logits
+  bool router_poll_ = true;  // MARKBASE_CUDA_ROUTER_POLL=0: chain_router's last router block to count routes
   bool router_direct_ = true;  // MARKBASE_CUDA_ROUTER_DIRECT=0: chain_router's router blocks replay the chain
+  bool chain_spread_ = true;  // MARKBASE_CUDA_CHAIN_SPREAD=0: chain_router keeps its chain blocks
   bool streams_ = true;  // MARKBASE_CUDA_STREAMS=0: every step on one stream
   bool attn_tc_ = true;  // default-mode prefill attention on the tensor cores (attention_tc.cu)
   bool capturing_ = false;           // encode() is recording into a CUDA graph

@@ -271,7 +271,9 @@ int moe_ffn_decode_routed(cudaStream_t s, const float* route, int E, int k, cons
 // it does not. split: the chain's last norms each on a chain block of its own (row_chain.cuh's
 // chain_split_tail; false: the chain in block 0 alone). direct: the router blocks compute their
 // logits in direct form where the chain allows (moe.cu's RouterDirect; false: they replay the
-// chain's ops, bit-identical to the router's own launch).
+// chain's ops, bit-identical to the router's own launch). spread (with direct): where the chain is
+// Gemma 4's, the router blocks write the chain's rows too, and no chain block runs (moe.cu's
+// SpreadChain; the same values to rounding).
 // poll: null, or kChainPollExperts floats that the backend filled with 0xff bytes: for up to 128
 // experts and top-32, the routing block polls them for the router blocks' logits instead of
 // counting the blocks done (moe.cu's poll_logits), and leaves them so.
@@ -279,7 +281,7 @@ constexpr int kChainPollExperts = 128;
 bool chain_router_fits(const RowChain& c, const float* router_in, const WeightRef& w, int n_experts);
 int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool router_in_read, const WeightRef& w,
                  const float* expert_scale, int n_experts, int k, float* logits, float* out, unsigned* counters,
-                 float* poll, bool split, bool direct);
+                 float* poll, bool split, bool direct, bool spread);
 // Decode: experts read by id from the route slot (or from host_ids when not null: the debug mode
 // that routes on the host). act: rows * k * Ie floats of scratch.
 // x_q8 set (one row; both weights of a has_q8_dot type, Ie % 32 == 0): the products run on the

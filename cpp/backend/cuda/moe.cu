@@ -175,7 +175,7 @@ struct RouterArgs {
   bool chain_trigger_late;  // chain_router: its chain blocks let the next launch start only as they end
 };
 
-// chain_router's poll buffer (MARKBASE_CUDA_ROUTER_POLL=1): each router block stores its logits
+// chain_router's poll buffer (the default; MARKBASE_CUDA_ROUTER_POLL=0: the count): each router block stores its logits
 // there too, and one routing block, the last in the grid, polls it until none is kPollEmpty (a NaN
 // bit pattern that arithmetic does not produce: the GPU's NaNs are 0x7fffffff), routes, and
 // empties it for the next launch. Against the count of finished router blocks (an acquire-release
@@ -184,8 +184,9 @@ struct RouterArgs {
 // and the read. A poll that outlasts kPollCycles (~1 s: a router block that never ran) traps,
 // which the backend reports as an error. H200, 6-layer 26B-A4B file: the routing block routed
 // ~1 200 SM cycles earlier after its wait, but decode moved only 0.4 % slower to 0.6 % faster than
-// with the count in two calls (bench/RESULTS.md, twenty-fourth session): the count stays the
-// default.
+// with the count while chain blocks set the launch's length (bench/RESULTS.md, twenty-fourth
+// session); with the spread form (SpreadChain), where the routing block ends the launch, decode
+// 1.3 % faster (twenty-fifth session).
 constexpr unsigned kPollEmpty = 0xffffffffu;
 constexpr long long kPollCycles = 2000000000ll;
 // The E <= 128 logits of the poll buffer in the calling warp's registers (lane l: experts
@@ -327,13 +328,101 @@ struct RouterDirect {
   bool on;          // false: the router blocks replay the chain's ops instead
 };
 constexpr int kDirectSums = 4 + 2 * kRouterGroups;
+// The direct form's two scales from the block's sums tot (n: the row's length): r_a, and sum(h^2).
+struct DirectScales {
+  float ra, hh;
+};
+__device__ __forceinline__ DirectScales direct_scales(const float* tot, float n, float eps_a) {
+  const float ra = 1.0f / sqrtf(tot[0] / n + eps_a);
+  return {ra, fmaxf(tot[1] + 2.0f * ra * tot[2] + ra * ra * tot[3], 0.0f)};
+}
+
+// chain_router in spread form (the default where the chain allows; MARKBASE_CUDA_CHAIN_SPREAD=0:
+// off): no chain blocks. The chain is Gemma 4's before a MoE router: the post-attention norm of a,
+// the residual add h = x + norm(a) * wa, then norms of h (the dense MLP's input, the experts',
+// and the router's when something else reads it), with their 8-bit copies. The router blocks in
+// direct form already hold every sum these need (r_a, and sum(h^2) expanded as above), so each
+// also writes a share of those rows: router block r owns the groups of 8 float4s (one 8-bit block
+// of 32 values) r, r + routers, .., done by its warps 1 .. while warp 0 stores the logits and
+// counts. Why: the chain block was the launch's last to end. H200, 6-layer 26B-A4B file: it ended
+// ~11 300 SM cycles after its wait (the first norm alone took ~6 000 there, ~500 in the row-chain
+// kernel), the routing block ~8 500 (bench/RESULTS.md, twenty-fifth session). Each norm of h takes
+// its scale from the expanded sum (as the router's logits do), not from a sum over h itself: the
+// same values to rounding, unless x and norm(a) * wa nearly cancel (the sum's error grows by
+// sum(x^2) / sum(h^2)).
+constexpr int kSpreadNorms = 3;
+struct SpreadChain {
+  float* a_norm;  // op 0's output: norm(a) * wa
+  float* h;       // op 1's output: x + norm(a) * wa
+  int norms;      // ops 2 ..: norms of h
+  const float* w[kSpreadNorms];  // their weights (null: ones)
+  float eps[kSpreadNorms];
+  float* out[kSpreadNorms];
+  Q8Vec q8[kSpreadNorms];  // their 8-bit copies (q null: none)
+};
+// One slice thread's float4 of the spread chain's rows (j < 0: none) and its weights, loaded
+// before the wait (the first pass's), and x and a, loaded after it with the router's own.
+struct SpreadPart {
+  int j;
+  float4 wa, w[kSpreadNorms], x, a;
+};
+constexpr int kSpreadThreads = kChainThreads - 32;  // warps 1 ..: warp 0 stores the logits and counts
+
+// Slice thread u's float4 in pass m of router block blk (of routers), or -1.
+__device__ __forceinline__ int spread_index(int u, int m, int blk, int routers, int n4) {
+  const int g = blk + routers * (m * (kSpreadThreads / 8) + u / 8), j = 8 * g + u % 8;
+  return j < n4 ? j : -1;
+}
+
+__device__ __forceinline__ float4 ld_float4_or(const float* p, int j, float4 none) {
+  return p && j >= 0 ? reinterpret_cast<const float4*>(p)[j] : none;
+}
+
+__device__ __forceinline__ void spread_weights(const SpreadChain& s, const RouterDirect& d, SpreadPart& part) {
+  const float4 one = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+  part.wa = ld_float4_or(d.wa, part.j, one);
+#pragma unroll
+  for (int i = 0; i < kSpreadNorms; ++i) part.w[i] = i < s.norms ? ld_float4_or(s.w[i], part.j, one) : one;
+}
+
+__device__ __forceinline__ void spread_rows(const RouterDirect& d, SpreadPart& part) {
+  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  part.x = part.j >= 0 ? __ldcg(reinterpret_cast<const float4*>(d.x) + part.j) : zero;
+  part.a = part.j >= 0 ? __ldcg(reinterpret_cast<const float4*>(d.a) + part.j) : zero;
+}
+
+// The slice thread's float4 of every row of the chain, in the chain ops' arithmetic (row_chain.cuh's
+// run_chain: a norm scales, then multiplies by its weight; the add). ra: the post-attention norm's
+// scale; hh: sum(h^2); n: the row's length. Every lane of the warp calls it (8-bit copies).
+__device__ __forceinline__ void spread_store(const SpreadChain& s, const SpreadPart& p, float ra, float hh, float n) {
+  const bool in = p.j >= 0;
+  const int j = in ? p.j : 0;
+  const float4 y = make_float4(p.a.x * ra, p.a.y * ra, p.a.z * ra, p.a.w * ra);
+  const float4 o = make_float4(y.x * p.wa.x, y.y * p.wa.y, y.z * p.wa.z, y.w * p.wa.w);
+  const float4 h = make_float4(p.x.x + o.x, p.x.y + o.y, p.x.z + o.z, p.x.w + o.w);
+  if (in) {
+    reinterpret_cast<float4*>(s.a_norm)[j] = o;
+    reinterpret_cast<float4*>(s.h)[j] = h;
+  }
+#pragma unroll
+  for (int i = 0; i < kSpreadNorms; ++i) {
+    if (i >= s.norms) break;
+    const float r = 1.0f / sqrtf(hh / n + s.eps[i]);
+    const float4 v = make_float4(h.x * r, h.y * r, h.z * r, h.w * r);
+    const float4 out = make_float4(v.x * p.w[i].x, v.y * p.w[i].y, v.z * p.w[i].z, v.w * p.w[i].w);
+    if (in) reinterpret_cast<float4*>(s.out[i])[j] = out;
+    if (s.q8[i].q) q8_store_float4(out, j, in, s.q8[i]);
+  }
+}
 
 // A router block's kRouterGroups logits (experts e0 ..) in direct form, into lg (shared memory);
 // counts its reads of the chain's rows done on *copied when not null (block 0 rewrites them). n4:
-// float4s a row.
-template <int TYPE, bool PROBE>
+// float4s a row. SPREAD: its warps 1 .. then write its share of the chain's rows (SpreadChain; blk:
+// its index among the routers router blocks) while warp 0 returns as soon as lg is written.
+template <int TYPE, bool PROBE, bool SPREAD = false>
 __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, const WeightRef& w, int E, int e0,
-                                                     int n4, unsigned* copied, float* lg, ChainProbe<PROBE>& probe) {
+                                                     int n4, unsigned* copied, float* lg, ChainProbe<PROBE>& probe,
+                                                     const SpreadChain& sp = {}, int blk = 0, int routers = 1) {
   __shared__ float part[kDirectSums][kChainWarps];
   __shared__ float tot[kDirectSums];
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
@@ -356,9 +445,16 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
       wv[g][c] = in && e < E ? w4<TYPE>(w.data + static_cast<size_t>(e) * w.row_bytes, 4 * j, w.K) : zero;
     }
   }
+  SpreadPart slice{-1};  // SPREAD: this thread's float4 of the first pass
+  const bool slicer = SPREAD && t >= 32;
+  if constexpr (SPREAD) {
+    if (slicer) slice.j = spread_index(t - 32, 0, blk, routers, n4);
+    spread_weights(sp, d, slice);
+  }
   probe.stamp(kStagePreWait);
   pdl_wait();
   probe.stamp(kStageWaited);
+  if constexpr (SPREAD) spread_rows(d, slice);
   // sum(a^2), sum(x^2), sum(x y), sum(y^2), then P and Q of each group
   float sum[kDirectSums] = {};
   float4 xr[kChainVec], yr[kChainVec];  // wr x, wr y
@@ -421,14 +517,28 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
     tot[t] = v;
   }
   __syncthreads();
+  const float n = 4.0f * n4;
   if (t < kRouterGroups) {
-    const float n = 4.0f * n4;
-    const float ra = 1.0f / sqrtf(tot[0] / n + d.eps_a);
-    const float hh = fmaxf(tot[1] + 2.0f * ra * tot[2] + ra * ra * tot[3], 0.0f);  // sum(h^2)
-    const float rh = 1.0f / sqrtf(hh / n + d.eps_r);
-    lg[t] = rh * (tot[4 + 2 * t] + ra * tot[5 + 2 * t]);
+    const DirectScales z = direct_scales(tot, n, d.eps_a);
+    const float rh = 1.0f / sqrtf(z.hh / n + d.eps_r);
+    lg[t] = rh * (tot[4 + 2 * t] + z.ra * tot[5 + 2 * t]);
   }
   __syncthreads();
+  if constexpr (SPREAD) {
+    if (!slicer) return;
+    const DirectScales z = direct_scales(tot, n, d.eps_a);
+    spread_store(sp, slice, z.ra, z.hh, n);
+    // More passes only where the routers are few (groups > routers * kSpreadThreads / 8; not on
+    // Gemma 4's 128 experts): loaded as they go.
+    const int groups = (n4 + 7) / 8, passes = (groups + routers * (kSpreadThreads / 8) - 1) /
+                                                (routers * (kSpreadThreads / 8));
+    for (int m = 1; m < passes; ++m) {
+      slice.j = spread_index(t - 32, m, blk, routers, n4);
+      spread_weights(sp, d, slice);
+      spread_rows(d, slice);
+      spread_store(sp, slice, z.ra, z.hh, n);
+    }
+  }
 }
 
 // A router block's end, its logits lg (shared memory, experts e0 ..) computed: with r.poll set, it
@@ -478,12 +588,15 @@ __device__ __forceinline__ void router_finish(const RouterArgs& r, const float* 
 }
 
 // PROBE: chain_probe.cuh's stamps (block 0 and the last router block). DIRECT: the router blocks
-// in direct form (d), else they replay rp.
-template <int TYPE, bool PROBE = false, bool DIRECT = false>
+// in direct form (d), else they replay rp. SPREAD (with DIRECT): no chain blocks (chains == 0);
+// the router blocks write the chain's rows (sp).
+template <int TYPE, bool PROBE = false, bool DIRECT = false, bool SPREAD = false>
 __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __grid_constant__ ChainPlan p,
                                                                      const __grid_constant__ ChainPlan rp,
                                                                      int rn_slot, int chains, RouterArgs r,
-                                                                     unsigned* copied, RouterDirect d) {
+                                                                     unsigned* copied, RouterDirect d,
+                                                                     SpreadChain sp) {
+  static_assert(DIRECT || !SPREAD, "the spread form needs the direct form's sums");
   extern __shared__ float4 sm[];  // p.slots rows of p.n4 float4s (rp has fewer)
   __shared__ float part[kChainWarps];
   __shared__ float lg[kRouterGroups];
@@ -497,7 +610,7 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
   const bool hold = p.held != 0;
   auto after_op = [&](int i) { probe.stamp(kStageOp0 + i); };
   const int blk = static_cast<int>(blockIdx.x);
-  if (blk < chains) {
+  if (!SPREAD && blk < chains) {
     chain_load_all(p, sm, probe);
     if (blk > 0 && hold) {  // another chain block (chain_split_tail): count its copies done, as router blocks do
       __syncthreads();
@@ -529,7 +642,13 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
 #pragma unroll
     for (int i = 0; i < 4; ++i) sc[i] = threadIdx.x + 32 * i < E ? r.scale[threadIdx.x + 32 * i] : 1.0f;
   }
-  if constexpr (DIRECT) {
+  if constexpr (SPREAD) {
+    // Warp 0 goes on to store the logits and count as soon as they are in lg; warps 1 .. write the
+    // block's share of the chain's rows first, and join router_finish's barrier after.
+    direct_router_logits<TYPE, PROBE, true>(d, w, E, e0, rp.n4, nullptr, lg, probe, sp, blk, static_cast<int>(routers));
+    router_finish(r, lg, e0, routers, sc, sc_early, rp.c.count, kProbeRouterDirect, probe);
+    return;
+  } else if constexpr (DIRECT) {
     direct_router_logits<TYPE>(d, w, E, e0, rp.n4, hold ? copied : nullptr, lg, probe);
   } else {
     const int grp = threadIdx.x / kRouterThreads, gt = threadIdx.x % kRouterThreads, lane = threadIdx.x & 31;
@@ -1206,11 +1325,41 @@ RouterDirect chain_direct_form(const ChainPlan& rp) {
   if (x == o[0].out || x == o[0].a) return d;
   return RouterDirect{o[0].a, o[0].w, x, o[2].w, o[0].f, o[2].f, true};
 }
+
+// The spread form of c0 (SpreadChain: on where .norms > 0) when the direct form d is on and c0 is
+// its first two ops, the post-attention norm of d.a and the residual add with d.x, then one to
+// kSpreadNorms norms of the sum; every op writing a row of its own that no op reads first (the
+// router blocks write their shares while others still read x and a). Off (norms 0) otherwise.
+SpreadChain chain_spread_form(const RowChain& c0, const RouterDirect& d) {
+  SpreadChain sp{};
+  const RowOp* o = c0.op;
+  if (!d.on || c0.count < 3 || c0.count - 2 > kSpreadNorms || o[0].kind != RowOpKind::Norm || o[0].a != d.a ||
+      o[0].w != d.wa || o[0].f != d.eps_a || o[1].kind != RowOpKind::Add)
+    return sp;
+  const float* h = o[1].out;
+  if (!((o[1].a == o[0].out && o[1].b == d.x) || (o[1].b == o[0].out && o[1].a == d.x))) return sp;
+  for (int i = 0; i < c0.count; ++i) {
+    if (i >= 2 && (o[i].kind != RowOpKind::Norm || o[i].a != h)) return sp;
+    if (o[i].out == d.a || o[i].out == d.x) return sp;
+    for (int k = 0; k < i; ++k)
+      if (o[k].out == o[i].out) return sp;
+  }
+  sp.a_norm = o[0].out;
+  sp.h = o[1].out;
+  for (int i = 2; i < c0.count; ++i) {
+    const int k = sp.norms++;
+    sp.w[k] = o[i].w;
+    sp.eps[k] = o[i].f;
+    sp.out[k] = o[i].out;
+    sp.q8[k] = o[i].q8;
+  }
+  return sp;
+}
 }  // namespace
 
 int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool router_in_read,
                  const WeightRef& w, const float* expert_scale, int E, int k, float* logits, float* out,
-                 unsigned* counters, float* poll, bool split, bool direct) {
+                 unsigned* counters, float* poll, bool split, bool direct, bool spread) {
   if (!chain_router_fits(c, router_in, w, E)) return 0;
   int rn_slot = 0;
   const ChainPlan rp = chain_replay_plan(c, router_in, &rn_slot);
@@ -1234,10 +1383,13 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
   // after the wait against ~7 300 for the loop with its last norm on a second block, and the
   // launch took 9.1 us a layer against 7.0 (H200, 6-layer 26B-A4B file; bench/RESULTS.md,
   // twenty-third session). Why the same code is slower here than alone is not known yet.
-  const int chains = split ? chain_split_tail(p) : 1;
-  p.held = chain_holds(p, rp, chains);
   const RouterDirect d = direct ? chain_direct_form(rp) : RouterDirect{};
-  const size_t smem = static_cast<size_t>(std::max(p.slots, rp.slots)) * p.n4 * 16;  // block 0's rows, or rp's
+  const SpreadChain sp = spread ? chain_spread_form(c0, d) : SpreadChain{};
+  const bool spreads = sp.norms > 0;
+  const int chains = spreads ? 0 : split ? chain_split_tail(p) : 1;
+  p.held = spreads ? 0u : chain_holds(p, rp, chains);
+  // block 0's rows, or rp's (the spread form's blocks keep theirs in registers)
+  const size_t smem = spreads ? 0 : static_cast<size_t>(std::max(p.slots, rp.slots)) * p.n4 * 16;
   // Timing only (wrong results): MARKBASE_CUDA_PROBE_NO_ROUTER=1 launches the chain blocks alone,
   // to see what the router blocks beside them cost them (the route is not written).
   static const bool no_router = [] {
@@ -1257,20 +1409,22 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
     static const bool setup = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(kChainSmem)) == cudaSuccess;
     (void)setup;
-    enqueue(kernel, grid, kChainThreads, smem, s, p, rp, rn_slot, chains, r, counters + 1, d);
+    enqueue(kernel, grid, kChainThreads, smem, s, p, rp, rn_slot, chains, r, counters + 1, d, sp);
     return 1;
   };
   // Float routers only (GGUF files keep the router in F32, Hugging Face directories in BF16).
-  auto typed = [&](auto probe, auto direct) {
-    constexpr bool P = decltype(probe)::value, D = decltype(direct)::value;
-    if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32, P, D>);
-    if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16, P, D>);
-    return launch(chain_router_kernel<MB_BF16, P, D>);
+  auto typed = [&](auto probe, auto direct, auto spread_form) {
+    constexpr bool P = decltype(probe)::value, D = decltype(direct)::value, S = decltype(spread_form)::value;
+    if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32, P, D, S>);
+    if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16, P, D, S>);
+    return launch(chain_router_kernel<MB_BF16, P, D, S>);
   };
   using Yes = std::true_type;
   using No = std::false_type;
-  if (chain_probe()) return d.on ? typed(Yes{}, Yes{}) : typed(Yes{}, No{});
-  return d.on ? typed(No{}, Yes{}) : typed(No{}, No{});
+  auto forms = [&](auto probe) {
+    return spreads ? typed(probe, Yes{}, Yes{}) : d.on ? typed(probe, Yes{}, No{}) : typed(probe, No{}, No{});
+  };
+  return chain_probe() ? forms(Yes{}) : forms(No{});
 }
 
 int moe_router(cudaStream_t s, const WeightRef& w, const float* x, const float* scale, int E, int k,

@@ -44,26 +44,33 @@ __device__ __forceinline__ void q8_store_warp(float v, int j, bool store, const 
   }
 }
 
+// One float4 v (values 4 j .. 4 j + 3 of a row) quantized in Q8Vec's format: a block of 32 values
+// is the float4s of 8 neighbouring lanes (lanes 8 i .. 8 i + 7 of the warp, j % 8 == lane % 8).
+// Every lane of the warp calls it (the shuffles span the whole warp); lanes with store == false
+// take part in the shuffles and write nothing.
+__device__ __forceinline__ void q8_store_float4(float4 v, int j, bool store, const Q8Vec& q8) {
+  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+  for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if (!store) return;
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  char4 q;
+  q.x = static_cast<signed char>(__float2int_rn(v.x * inv));
+  q.y = static_cast<signed char>(__float2int_rn(v.y * inv));
+  q.z = static_cast<signed char>(__float2int_rn(v.z * inv));
+  q.w = static_cast<signed char>(__float2int_rn(v.w * inv));
+  reinterpret_cast<char4*>(q8.q)[j] = q;
+  if ((j & 7) == 0) q8.d[j >> 3] = amax / 127.0f;
+}
+
 // A row held as float4s, thread t owning float4 t + THREADS c (c < VEC), quantized (Q8Vec's
-// format): a block of 32 values is the 8 float4s of 8 neighbouring lanes. Every thread of the
-// block calls it (the shuffles span whole warps).
+// format). Every thread of the block calls it.
 template <int THREADS, int VEC>
 __device__ __forceinline__ void quantize_float4s(const float4 (&v)[VEC], Q8Vec q8, int n4) {
 #pragma unroll
   for (int c = 0; c < VEC; ++c) {
     const int j = threadIdx.x + THREADS * c;
-    float amax = fmaxf(fmaxf(fabsf(v[c].x), fabsf(v[c].y)), fmaxf(fabsf(v[c].z), fabsf(v[c].w)));
-#pragma unroll
-    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    if (j >= n4) continue;
-    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    char4 q;
-    q.x = static_cast<signed char>(__float2int_rn(v[c].x * inv));
-    q.y = static_cast<signed char>(__float2int_rn(v[c].y * inv));
-    q.z = static_cast<signed char>(__float2int_rn(v[c].z * inv));
-    q.w = static_cast<signed char>(__float2int_rn(v[c].w * inv));
-    reinterpret_cast<char4*>(q8.q)[j] = q;
-    if ((j & 7) == 0) q8.d[j >> 3] = amax / 127.0f;
+    q8_store_float4(v[c], j, j < n4, q8);
   }
 }
 

@@ -9,8 +9,9 @@
 #     old:g4-26b-dense-6L new:g4-26b-dense-6L" bash bench/cuda/ab_builds.sh
 # BUILDS: NAME=TARBALL pairs (the working tree is "new"). VARIANTS: BUILD:FILE[:ENV=VAL,ENV=VAL]
 # with FILE one of g4-26b-6L, g4-26b-dense-6L, g4-e4b-6L (6-layer synthetic Q4_0 files).
-# PROBE=0: no chain probe runs. ROUNDS: rounds of the variants (3). TESTS="-k chain_router": pytest of the new build's CUDA tests too.
-# Output: $OUT/ab.txt (~150-250 s with two builds; the builds share the 16 cores).
+# PROBE=0: no chain probe runs. ROUNDS: rounds of the variants (3). TESTS="chain_router or q8_decode": pytest -k of the new build's CUDA tests too.
+# Output: $OUT/ab.txt (~150-250 s with two builds; the builds share the 16 cores); each variant's
+# whole per-op trace in $OUT/trace_N.txt.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 R=$OUT/ab.txt
@@ -64,13 +65,16 @@ for round in $(seq 1 ${ROUNDS:-3}); do
   done
 done
 if [ "${PROBE:-1}" = 1 ]; then
+  i=0
   for v in $VARIANTS; do
     b=${v%%:*} rest=${v#*:}; f=${rest%%:*}; envs=""; [ "$rest" != "$f" ] && envs=${rest#*:}
     echo "== probe $v" >> "$R"
-    run $b $f "X=1,$envs" MARKBASE_CUDA_CHAIN_PROBE=1 MARKBASE_CUDA_TRACE=1 | grep -E "RowChain|chain probe" >> "$R"
+    i=$((i + 1)); echo "== probe $v" > $OUT/trace_$i.txt  # the whole per-op trace
+    run $b $f "X=1,$envs" MARKBASE_CUDA_CHAIN_PROBE=1 MARKBASE_CUDA_TRACE=1 | tee -a $OUT/trace_$i.txt |
+      grep -E "RowChain|chain probe" >> "$R"
   done
 fi
 cat "$R"
 if [ -n "${TESTS:-}" ]; then
-  timeout 300 python3 -m pytest -q tests/test_cuda_backend.py $TESTS > $OUT/tests.txt 2>&1; tail -n 15 $OUT/tests.txt
+  timeout 300 python3 -m pytest -q tests/test_cuda_backend.py -k "$TESTS" > $OUT/tests.txt 2>&1; tail -n 15 $OUT/tests.txt
 fi

@@ -9,8 +9,10 @@
 //    expert's weights are read once per tile of its tokens.
 #include <algorithm>
 #include <cstdio>
+#include <mutex>
 #include <stdexcept>
 #include <type_traits>
+#include <vector>
 
 #include "backend/cuda/fast_dot.cuh"
 #include "backend/cuda/q8.cuh"
@@ -1357,6 +1359,21 @@ SpreadChain chain_spread_form(const RowChain& c0, const RouterDirect& d) {
 }
 }  // namespace
 
+// Lets kernel (one of chain_router_kernel's instances) take kChainSmem of dynamic shared memory,
+// once per instance. Every instance has the same type, so a static in the launching lambda would
+// have run once for the first instance only: another one launched later in the process (a model
+// whose router is another float type, a probe or A/B switch set in between) then failed to launch
+// with more than 48 KB of rows (a 4096-wide chain).
+static void allow_chain_smem(const void* kernel) {
+  static std::mutex mu;
+  static std::vector<const void*> done;
+  std::lock_guard<std::mutex> lock(mu);
+  if (std::find(done.begin(), done.end(), kernel) != done.end()) return;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kChainSmem)) ==
+      cudaSuccess)
+    done.push_back(kernel);
+}
+
 int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool router_in_read,
                  const WeightRef& w, const float* expert_scale, int E, int k, float* logits, float* out,
                  unsigned* counters, float* poll, bool split, bool direct, bool spread) {
@@ -1406,9 +1423,7 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
   const RouterArgs r{w, router_in, expert_scale, E, k, logits, out, counters, router_scale_early(),
                      polled ? poll : nullptr, late};
   auto launch = [&](auto kernel) {
-    static const bool setup = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   static_cast<int>(kChainSmem)) == cudaSuccess;
-    (void)setup;
+    allow_chain_smem(reinterpret_cast<const void*>(kernel));
     enqueue(kernel, grid, kChainThreads, smem, s, p, rp, rn_slot, chains, r, counters + 1, d, sp);
     return 1;
   };

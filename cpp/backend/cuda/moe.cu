@@ -177,18 +177,18 @@ struct RouterArgs {
   bool chain_trigger_late;  // chain_router: its chain blocks let the next launch start only as they end
 };
 
-// chain_router's poll buffer (the default; MARKBASE_CUDA_ROUTER_POLL=0: the count): each router block stores its logits
-// there too, and one routing block, the last in the grid, polls it until none is kPollEmpty (a NaN
-// bit pattern that arithmetic does not produce: the GPU's NaNs are 0x7fffffff), routes, and
-// empties it for the next launch. Against the count of finished router blocks (an acquire-release
-// atomic after the logits' stores, then the logits read back by the last block counted): one L2
-// round trip after the last logit lands instead of the store's release, the atomic's round trip
-// and the read. A poll that outlasts kPollCycles (~1 s: a router block that never ran) traps,
-// which the backend reports as an error. H200, 6-layer 26B-A4B file: the routing block routed
-// ~1 200 SM cycles earlier after its wait, but decode moved only 0.4 % slower to 0.6 % faster than
-// with the count while chain blocks set the launch's length (bench/RESULTS.md, twenty-fourth
-// session); with the spread form (SpreadChain), where the routing block ends the launch, decode
-// 1.3 % faster (twenty-fifth session).
+// chain_router's poll buffer (the default; MARKBASE_CUDA_ROUTER_POLL=0: the count): each router
+// block stores its logits there too, and one routing block, the last in the grid, polls it until
+// none is kPollEmpty (a NaN bit pattern that arithmetic does not produce: the GPU's NaNs are
+// 0x7fffffff), routes, and empties it for the next launch. Against the count of finished router
+// blocks (an acquire-release atomic after the logits' stores, then the logits read back by the last
+// block counted): one L2 round trip after the last logit lands instead of the store's release, the
+// atomic's round trip and the read. A poll that outlasts kPollCycles (~1 s: a router block that
+// never ran) traps, which the backend reports as an error. H200, 6-layer 26B-A4B file: the routing
+// block routed ~1 200 SM cycles earlier after its wait, but decode moved only 0.4 % slower to 0.6 %
+// faster than with the count while chain blocks set the launch's length (bench/RESULTS.md,
+// twenty-fourth session); with the spread form (SpreadChain), where the routing block ends the
+// launch, decode 1.3 % faster (twenty-fifth session).
 constexpr unsigned kPollEmpty = 0xffffffffu;
 constexpr long long kPollCycles = 2000000000ll;
 // The E <= 128 logits of the poll buffer in the calling warp's registers (lane l: experts
@@ -1400,13 +1400,6 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
   // after the wait against ~7 300 for the loop with its last norm on a second block, and the
   // launch took 9.1 us a layer against 7.0 (H200, 6-layer 26B-A4B file; bench/RESULTS.md,
   // twenty-third session). Why the same code is slower here than alone is not known yet.
-  const RouterDirect d = direct ? chain_direct_form(rp) : RouterDirect{};
-  const SpreadChain sp = spread ? chain_spread_form(c0, d) : SpreadChain{};
-  const bool spreads = sp.norms > 0;
-  const int chains = spreads ? 0 : split ? chain_split_tail(p) : 1;
-  p.held = spreads ? 0u : chain_holds(p, rp, chains);
-  // block 0's rows, or rp's (the spread form's blocks keep theirs in registers)
-  const size_t smem = spreads ? 0 : static_cast<size_t>(std::max(p.slots, rp.slots)) * p.n4 * 16;
   // Timing only (wrong results): MARKBASE_CUDA_PROBE_NO_ROUTER=1 launches the chain blocks alone,
   // to see what the router blocks beside them cost them (the route is not written).
   static const bool no_router = [] {
@@ -1414,6 +1407,14 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
     if (on) std::fprintf(stderr, "[cuda] MARKBASE_CUDA_PROBE_NO_ROUTER=1: MoE layers are not routed (timing only)\n");
     return on;
   }();
+  const RouterDirect d = direct ? chain_direct_form(rp) : RouterDirect{};
+  // (the spread form has no chain blocks to launch alone)
+  const SpreadChain sp = spread && !no_router ? chain_spread_form(c0, d) : SpreadChain{};
+  const bool spreads = sp.norms > 0;
+  const int chains = spreads ? 0 : split ? chain_split_tail(p) : 1;
+  p.held = spreads ? 0u : chain_holds(p, rp, chains);
+  // block 0's rows, or rp's (the spread form's blocks keep theirs in registers)
+  const size_t smem = spreads ? 0 : static_cast<size_t>(std::max(p.slots, rp.slots)) * p.n4 * 16;
   const int grid = chains + (no_router ? 0 : (E + kRouterGroups - 1) / kRouterGroups);
   const bool polled = poll && E <= kChainPollExperts && k <= 32;
   // A/B switch: MARKBASE_CUDA_CHAIN_ROUTER_LATE_TRIGGER=1 starts the next launch (the experts'

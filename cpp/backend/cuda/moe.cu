@@ -421,7 +421,11 @@ __device__ __forceinline__ void spread_store(const SpreadChain& s, const SpreadP
 // float4s a row. SPREAD: its warps 1 .. then write its share of the chain's rows (SpreadChain; blk:
 // its index among the routers router blocks) while warp 0 returns as soon as lg is written.
 // G: experts a block (kRouterGroups, or fewer in the spread form: MARKBASE_CUDA_ROUTER_GROUPS).
-template <int TYPE, bool PROBE, bool SPREAD = false, int G = kRouterGroups>
+// SMEM_SUMS (spread form, MARKBASE_CUDA_ROUTER_SMEM_SUMS=1): the block's sums reduced through
+// shared memory, each thread's partials stored, then warp v summing sum v's 512 partials and
+// reducing them in one warp_sum, instead of a warp_sum of every sum in every warp (16 warps x
+// 4 + 2 G sums of 5 dependent shuffles). Another order of additions: not the same bits.
+template <int TYPE, bool PROBE, bool SPREAD = false, int G = kRouterGroups, bool SMEM_SUMS = false>
 __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, const WeightRef& w, int E, int e0,
                                                      int n4, unsigned* copied, float* lg, ChainProbe<PROBE>& probe,
                                                      const SpreadChain& sp = {}, int blk = 0, int routers = 1) {
@@ -507,17 +511,32 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
       sum[5 + 2 * g] += dot4(wv[g][c], yr[c]);
     }
   }
+  if constexpr (SMEM_SUMS) {
+    static_assert(kDirectSums <= kChainWarps, "a warp a sum");
+    __shared__ float all[kDirectSums][kChainThreads];
 #pragma unroll
-  for (int v = 0; v < kDirectSums; ++v) {
-    const float r = warp_sum(sum[v]);
-    if (lane == 0) part[v][warp] = r;
-  }
-  __syncthreads();
-  if (t < kDirectSums) {
-    float v = 0.0f;
+    for (int v = 0; v < kDirectSums; ++v) all[v][t] = sum[v];
+    __syncthreads();
+    if (warp < kDirectSums) {
+      float v = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kChainWarps; ++i) v += part[t][i];
-    tot[t] = v;
+      for (int i = lane; i < kChainThreads; i += 32) v += all[warp][i];
+      v = warp_sum(v);
+      if (lane == 0) tot[warp] = v;
+    }
+  } else {
+#pragma unroll
+    for (int v = 0; v < kDirectSums; ++v) {
+      const float r = warp_sum(sum[v]);
+      if (lane == 0) part[v][warp] = r;
+    }
+    __syncthreads();
+    if (t < kDirectSums) {
+      float v = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kChainWarps; ++i) v += part[t][i];
+      tot[t] = v;
+    }
   }
   __syncthreads();
   const float n = 4.0f * n4;
@@ -593,7 +612,8 @@ __device__ __forceinline__ void router_finish(const RouterArgs& r, const float* 
 // PROBE: chain_probe.cuh's stamps (block 0 and the last router block). DIRECT: the router blocks
 // in direct form (d), else they replay rp. SPREAD (with DIRECT): no chain blocks (chains == 0);
 // the router blocks write the chain's rows (sp).
-template <int TYPE, bool PROBE = false, bool DIRECT = false, bool SPREAD = false, int G = kRouterGroups>
+template <int TYPE, bool PROBE = false, bool DIRECT = false, bool SPREAD = false, int G = kRouterGroups,
+          bool SMEM_SUMS = false>
 __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __grid_constant__ ChainPlan p,
                                                                      const __grid_constant__ ChainPlan rp,
                                                                      int rn_slot, int chains, RouterArgs r,
@@ -601,6 +621,7 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
                                                                      SpreadChain sp) {
   static_assert(DIRECT || !SPREAD, "the spread form needs the direct form's sums");
   static_assert(G == kRouterGroups || (SPREAD && G > 0 && G < kRouterGroups), "G: fewer experts a block, spread only");
+  static_assert(SPREAD || !SMEM_SUMS, "SMEM_SUMS: spread only");
   extern __shared__ float4 sm[];  // p.slots rows of p.n4 float4s (rp has fewer)
   __shared__ float part[kChainWarps];
   __shared__ float lg[kRouterGroups];
@@ -649,8 +670,8 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
   if constexpr (SPREAD) {
     // Warp 0 goes on to store the logits and count as soon as they are in lg; warps 1 .. write the
     // block's share of the chain's rows first, and join router_finish's barrier after.
-    direct_router_logits<TYPE, PROBE, true, G>(d, w, E, e0, rp.n4, nullptr, lg, probe, sp, blk,
-                                               static_cast<int>(routers));
+    direct_router_logits<TYPE, PROBE, true, G, SMEM_SUMS>(d, w, E, e0, rp.n4, nullptr, lg, probe, sp, blk,
+                                                          static_cast<int>(routers));
     router_finish<PROBE, G>(r, lg, e0, routers, sc, sc_early, rp.c.count, kProbeRouterDirect, probe);
     return;
   } else if constexpr (DIRECT) {
@@ -1422,6 +1443,9 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
   // many experts instead of kRouterGroups (more blocks, fewer sums each to reduce).
   static const int forced_groups = env_digit("MARKBASE_CUDA_ROUTER_GROUPS", 1, 2);
   const int groups = spreads && forced_groups ? forced_groups : kRouterGroups;
+  // A/B switch: MARKBASE_CUDA_ROUTER_SMEM_SUMS=1 reduces the spread form's router sums through
+  // shared memory (direct_router_logits' SMEM_SUMS).
+  static const bool smem_sums = env_flag("MARKBASE_CUDA_ROUTER_SMEM_SUMS", false);
   const int grid = chains + (no_router ? 0 : (E + groups - 1) / groups);
   const bool polled = poll && E <= kChainPollExperts && k <= 32;
   // A/B switch: MARKBASE_CUDA_CHAIN_ROUTER_LATE_TRIGGER=1 starts the next launch (the experts'
@@ -1436,21 +1460,25 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
     return 1;
   };
   // Float routers only (GGUF files keep the router in F32, Hugging Face directories in BF16).
-  auto typed = [&](auto probe, auto direct, auto spread_form, auto group) {
+  auto typed = [&](auto probe, auto direct, auto spread_form, auto group, auto smem_form) {
     constexpr bool P = decltype(probe)::value, D = decltype(direct)::value, S = decltype(spread_form)::value;
     constexpr int G = decltype(group)::value;
-    if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32, P, D, S, G>);
-    if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16, P, D, S, G>);
-    return launch(chain_router_kernel<MB_BF16, P, D, S, G>);
+    constexpr bool M = decltype(smem_form)::value;
+    if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32, P, D, S, G, M>);
+    if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16, P, D, S, G, M>);
+    return launch(chain_router_kernel<MB_BF16, P, D, S, G, M>);
   };
   using Yes = std::true_type;
   using No = std::false_type;
   using Four = std::integral_constant<int, kRouterGroups>;
+  auto spread_sums = [&](auto probe, auto group) {
+    return smem_sums ? typed(probe, Yes{}, Yes{}, group, Yes{}) : typed(probe, Yes{}, Yes{}, group, No{});
+  };
   auto forms = [&](auto probe) {
-    if (spreads && groups == 1) return typed(probe, Yes{}, Yes{}, std::integral_constant<int, 1>{});
-    if (spreads && groups == 2) return typed(probe, Yes{}, Yes{}, std::integral_constant<int, 2>{});
-    return spreads ? typed(probe, Yes{}, Yes{}, Four{}) : d.on ? typed(probe, Yes{}, No{}, Four{})
-                                                        : typed(probe, No{}, No{}, Four{});
+    if (spreads && groups == 1) return spread_sums(probe, std::integral_constant<int, 1>{});
+    if (spreads && groups == 2) return spread_sums(probe, std::integral_constant<int, 2>{});
+    return spreads ? spread_sums(probe, Four{}) : d.on ? typed(probe, Yes{}, No{}, Four{}, No{})
+                                                       : typed(probe, No{}, No{}, Four{}, No{});
   };
   return chain_probe() ? forms(Yes{}) : forms(No{});
 }

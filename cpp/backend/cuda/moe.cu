@@ -398,8 +398,7 @@ __device__ __forceinline__ void spread_rows(const RouterDirect& d, SpreadPart& p
 __device__ __forceinline__ void spread_store(const SpreadChain& s, const SpreadPart& p, float ra, float hh, float n) {
   const bool in = p.j >= 0;
   const int j = in ? p.j : 0;
-  const float4 y = make_float4(p.a.x * ra, p.a.y * ra, p.a.z * ra, p.a.w * ra);
-  const float4 o = make_float4(y.x * p.wa.x, y.y * p.wa.y, y.z * p.wa.z, y.w * p.wa.w);
+  const float4 o = mul4(make_float4(p.a.x * ra, p.a.y * ra, p.a.z * ra, p.a.w * ra), p.wa);
   const float4 h = make_float4(p.x.x + o.x, p.x.y + o.y, p.x.z + o.z, p.x.w + o.w);
   if (in) {
     reinterpret_cast<float4*>(s.a_norm)[j] = o;
@@ -409,8 +408,7 @@ __device__ __forceinline__ void spread_store(const SpreadChain& s, const SpreadP
   for (int i = 0; i < kSpreadNorms; ++i) {
     if (i >= s.norms) break;
     const float r = 1.0f / sqrtf(hh / n + s.eps[i]);
-    const float4 v = make_float4(h.x * r, h.y * r, h.z * r, h.w * r);
-    const float4 out = make_float4(v.x * p.w[i].x, v.y * p.w[i].y, v.z * p.w[i].z, v.w * p.w[i].w);
+    const float4 out = mul4(make_float4(h.x * r, h.y * r, h.z * r, h.w * r), p.w[i]);
     if (in) reinterpret_cast<float4*>(s.out[i])[j] = out;
     if (s.q8[i].q) q8_store_float4(out, j, in, s.q8[i]);
   }

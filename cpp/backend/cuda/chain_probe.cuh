@@ -47,12 +47,65 @@ struct ChainProbeTable {
   unsigned long long hits[kProbeKinds][kMaxRowOps + 1][kProbeStages];
 };
 static __device__ ChainProbeTable mb_chain_probe;
+// The spread of chain_router's router blocks (poll mode): each leaves its start and logits-stored
+// times (globaltimer, ns) and its wait (SM cycles from its pre-wait stamp to past the PDL wait) in
+// mb_router_times before its logits; the routing block, once it has all logits, adds up per launch
+// how many blocks waited under kProbeLateWait cycles (the kernel before had ended before they got
+// there: their loads before the wait were on the critical path, not beside that kernel), the
+// spread of the blocks' starts and of their logits, and the routing block's start after the first.
+// Why: whether the router blocks (a whole SM's registers each) start only as the SMs empty.
+constexpr long long kProbeLateWait = 600;
+struct RouterSkewTable {
+  unsigned long long launches, blocks, late, start_spread_ns, dot_spread_ns, routing_start_ns, wait_cycles;
+};
+static __device__ RouterSkewTable mb_router_skew;
+static __device__ unsigned long long mb_router_times[1024][3];  // kMaxExperts blocks: start, dot, wait
 // Thread 0's stamps of one block; PROBE false: nothing (the default instances' code is unchanged).
 template <bool PROBE>
 struct ChainProbe {
   long long t0 = 0, t[kProbeStages] = {};
+  unsigned long long g0 = 0;  // globaltimer at the start (ns)
+  __device__ __forceinline__ static unsigned long long now_ns() {
+    unsigned long long g;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
+    return g;
+  }
   __device__ __forceinline__ void start() {
-    if constexpr (PROBE) t0 = clock64();
+    if constexpr (PROBE) {
+      t0 = clock64();
+      g0 = now_ns();
+    }
+  }
+  // Thread 0 of router block i, its logits computed, before it stores them (RouterSkewTable).
+  __device__ __forceinline__ void leave_times(int i) {
+    if constexpr (PROBE) {
+      if (threadIdx.x != 0) return;
+      mb_router_times[i][0] = g0;
+      mb_router_times[i][1] = now_ns();
+      mb_router_times[i][2] = static_cast<unsigned long long>(t[kStageWaited] - t[kStagePreWait]);
+      __threadfence();
+    }
+  }
+  // Thread 0 of the routing block (router block me of n), once every block's logits are in.
+  __device__ __forceinline__ void add_skew(int n, int me) {
+    if constexpr (PROBE) {
+      if (threadIdx.x != 0) return;
+      __threadfence();
+      unsigned long long s0 = ~0ull, s1 = 0, d0 = ~0ull, d1 = 0, late = 0, wait = 0;
+      for (int i = 0; i < n; ++i) {
+        const unsigned long long s = mb_router_times[i][0], d = mb_router_times[i][1], w = mb_router_times[i][2];
+        s0 = min(s0, s), s1 = max(s1, s), d0 = min(d0, d), d1 = max(d1, d);
+        late += w < static_cast<unsigned long long>(kProbeLateWait);
+        wait += w;
+      }
+      atomicAdd(&mb_router_skew.launches, 1ull);
+      atomicAdd(&mb_router_skew.blocks, static_cast<unsigned long long>(n));
+      atomicAdd(&mb_router_skew.late, late);
+      atomicAdd(&mb_router_skew.start_spread_ns, s1 - s0);
+      atomicAdd(&mb_router_skew.dot_spread_ns, d1 - d0);
+      atomicAdd(&mb_router_skew.routing_start_ns, mb_router_times[me][0] - s0);
+      atomicAdd(&mb_router_skew.wait_cycles, wait);
+    }
   }
   __device__ __forceinline__ static unsigned sm_id() {
     unsigned id;
@@ -118,6 +171,15 @@ static void chain_probe_print(const char* tag) {
           std::fprintf(stderr, " %s %.0f", stages[s], static_cast<double>(h.cycles[k][n][s]) / h.hits[k][n][s]);
       std::fprintf(stderr, "\n");
     }
+  RouterSkewTable r{};
+  if (cudaMemcpyFromSymbol(&r, mb_router_skew, sizeof(r)) != cudaSuccess || !r.launches) return;
+  const double L = static_cast<double>(r.launches);
+  std::fprintf(stderr,
+               "[cuda chain probe] %s: router blocks, %llu launches of %.0f: %.1f a launch waited under %lld "
+               "cycles (started after the kernel before ended); mean wait %.0f cycles; starts spread over "
+               "%.0f ns, logits over %.0f ns; the routing block started %.0f ns after the first\n",
+               tag, r.launches, r.blocks / L, r.late / L, kProbeLateWait, static_cast<double>(r.wait_cycles) / r.blocks,
+               r.start_spread_ns / L, r.dot_spread_ns / L, r.routing_start_ns / L);
 }
 
 }  // namespace markbase::cuda

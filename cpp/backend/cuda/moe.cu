@@ -573,6 +573,8 @@ __device__ __forceinline__ void router_finish(const RouterArgs& r, const float* 
   __shared__ bool last;
   const int E = r.E, k = r.k;
   if (r.poll) {  // E <= 128, k <= 32: chain_router checked
+    const int me = static_cast<int>(blockIdx.x + routers - gridDim.x);  // among the router blocks
+    probe.leave_times(me);
     if (threadIdx.x == 0)
       for (int g = 0; g < G && e0 + g < E; ++g) {
         r.logits[e0 + g] = lg[g];
@@ -584,6 +586,7 @@ __device__ __forceinline__ void router_finish(const RouterArgs& r, const float* 
       float lv[4];
       poll_logits(r.poll, E, lv);
       probe.stamp(kStageCounted);
+      probe.add_skew(static_cast<int>(routers), me);
       route_row_vals<4>(lv, r.scale, E, k, r.out, sc, sc_early);
     }
     probe.stamp(kStageRouted);
@@ -1382,11 +1385,16 @@ SpreadChain chain_spread_form(const RowChain& c0, const RouterDirect& d) {
 }  // namespace
 
 // Lets kernel (one of chain_router_kernel's instances) take kChainSmem of dynamic shared memory,
-// once per instance. Every instance has the same type, so a static in the launching lambda would
-// have run once for the first instance only: another one launched later in the process (a model
-// whose router is another float type, a probe or A/B switch set in between) then failed to launch
-// with more than 48 KB of rows (a 4096-wide chain).
-static void allow_chain_smem(const void* kernel) {
+// once per instance, when a launch of smem bytes needs more than the default 48 KB. Every instance
+// has the same type, so a static in the launching lambda would have run once for the first
+// instance only: another one launched later in the process (a model whose router is another float
+// type, a probe or A/B switch set in between) then failed to launch with more than 48 KB of rows
+// (a 4096-wide chain). Only where needed: the spread form takes none, and an instance with much
+// static shared memory (MARKBASE_CUDA_ROUTER_SMEM_SUMS) cannot be given kChainSmem more; that
+// refusal, left as the last error, had failed its launch ("invalid argument"). A refusal is
+// cleared here: a launch that needed the allowance then fails with its own error.
+static void allow_chain_smem(const void* kernel, size_t smem) {
+  if (smem <= 48 * 1024) return;
   static std::mutex mu;
   static std::vector<const void*> done;
   std::lock_guard<std::mutex> lock(mu);
@@ -1394,6 +1402,8 @@ static void allow_chain_smem(const void* kernel) {
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kChainSmem)) ==
       cudaSuccess)
     done.push_back(kernel);
+  else
+    (void)cudaGetLastError();
 }
 
 int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool router_in_read,
@@ -1453,7 +1463,7 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
   const RouterArgs r{w, router_in, expert_scale, E, k, logits, out, counters, router_scale_early(),
                      polled ? poll : nullptr, late};
   auto launch = [&](auto kernel) {
-    allow_chain_smem(reinterpret_cast<const void*>(kernel));
+    allow_chain_smem(reinterpret_cast<const void*>(kernel), smem);
     enqueue(kernel, grid, kChainThreads, smem, s, p, rp, rn_slot, chains, r, counters + 1, d, sp);
     return 1;
   };

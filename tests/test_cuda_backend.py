@@ -592,43 +592,6 @@ def test_chain_router_poll_bit_identical(need_cuda, tmp_path, qtype, narrow):
         path.unlink(missing_ok=True)
 
 
-@pytest.mark.parametrize("qtype,narrow", [("q4_0", False), ("q8_0", True)], ids=["q4_0", "q8_0-narrow"])
-def test_router_groups_bit_identical(need_cuda, tmp_path, qtype, narrow):
-    """MARKBASE_CUDA_ROUTER_GROUPS=1 or 2 (an A/B switch): the spread form's router blocks take 1 or
-    2 experts each instead of 4 (128 or 64 blocks for 128 experts). Each expert's sums keep their
-    order (every block strides the whole row the same way), and each share of the chain's rows the
-    same arithmetic: the same bits, tokens and kernels as with 4, with the sums reduced by shuffles
-    (the default) or through shared memory (MARKBASE_CUDA_ROUTER_SMEM_SUMS=1)."""
-    path, summary, rng = _synthetic(tmp_path, f"26b-groups-{qtype}", preset="26b-a4b", layers=2, vocab=4096,
-                                    qtype=qtype, narrow=narrow)
-    ids = _ids(summary, 12, rng)
-    try:
-        for sums in ({}, {"MARKBASE_CUDA_ROUTER_SMEM_SUMS": "1"}):
-            base = _decode_fingerprint(path, ids, sums)
-            assert base["finite"]
-            for g in ("1", "2"):
-                other = _decode_fingerprint(path, ids, {**sums, "MARKBASE_CUDA_ROUTER_GROUPS": g})
-                got = (other["sha"], other["tokens"], other["kernels"])
-                assert got == (base["sha"], base["tokens"], base["kernels"]), (sums, g)
-    finally:
-        path.unlink(missing_ok=True)
-
-
-@pytest.mark.parametrize("qtype,narrow", [("q4_0", False), ("q8_0", True)], ids=["q4_0", "q8_0-narrow"])
-def test_router_smem_sums(need_cuda, tmp_path, qtype, narrow):
-    """MARKBASE_CUDA_ROUTER_SMEM_SUMS=1 (an A/B switch): the spread form's router blocks reduce
-    their sums through shared memory (each warp one sum over every thread's partial) instead of a
-    warp reduction of every sum in every warp: another order of additions, the same values to
-    rounding (_close_to_variant's bounds, default and precise mode), as many kernels."""
-    path, summary, rng = _synthetic(tmp_path, f"26b-smem-{qtype}", preset="26b-a4b", layers=2, vocab=4096,
-                                    qtype=qtype, narrow=narrow)
-    ids = _ids(summary, 12, rng)
-    try:
-        _close_to_variant(path, ids, {"MARKBASE_CUDA_ROUTER_SMEM_SUMS": "1"}, tmp_path)
-    finally:
-        path.unlink(missing_ok=True)
-
-
 @pytest.mark.parametrize("qtype", ["q4_0", "q8_0"])
 def test_chain_probe_bit_identical(need_cuda, tmp_path, qtype):
     """MARKBASE_CUDA_CHAIN_PROBE=1 runs the row chain kernels' probe instances, which stamp each

@@ -36,9 +36,6 @@
 //    logits (bit-identical).
 //    MARKBASE_CUDA_CHAIN_SPREAD=0: chain_router keeps its chain blocks instead of the direct
 //    router blocks writing the chain's rows (moe.cu's SpreadChain; the same values to rounding).
-//    MARKBASE_CUDA_ROUTER_GROUPS=1 or 2: the spread form's router blocks take that many experts
-//    each instead of 4 (bit-identical). MARKBASE_CUDA_ROUTER_SMEM_SUMS=1: they reduce their sums
-//    through shared memory (the same values to rounding).
 //    MARKBASE_CUDA_PROBE_NO_ROUTER=1 (timing only, wrong results): chain_router without its router
 //    blocks.
 #include <cuda_runtime.h>

@@ -329,6 +329,7 @@ struct RouterDirect {
   float eps_a, eps_r;
   bool on;          // false: the router blocks replay the chain's ops instead
 };
+constexpr int kDirectSums = 4 + 2 * kRouterGroups;
 // The direct form's two scales from the block's sums tot (n: the row's length): r_a, and sum(h^2).
 struct DirectScales {
   float ra, hh;
@@ -418,16 +419,10 @@ __device__ __forceinline__ void spread_store(const SpreadChain& s, const SpreadP
 // counts its reads of the chain's rows done on *copied when not null (block 0 rewrites them). n4:
 // float4s a row. SPREAD: its warps 1 .. then write its share of the chain's rows (SpreadChain; blk:
 // its index among the routers router blocks) while warp 0 returns as soon as lg is written.
-// G: experts a block (kRouterGroups, or fewer in the spread form: MARKBASE_CUDA_ROUTER_GROUPS).
-// SMEM_SUMS (spread form, MARKBASE_CUDA_ROUTER_SMEM_SUMS=1): the block's sums reduced through
-// shared memory, each thread's partials stored, then warp v summing sum v's 512 partials and
-// reducing them in one warp_sum, instead of a warp_sum of every sum in every warp (16 warps x
-// 4 + 2 G sums of 5 dependent shuffles). Another order of additions: not the same bits.
-template <int TYPE, bool PROBE, bool SPREAD = false, int G = kRouterGroups, bool SMEM_SUMS = false>
+template <int TYPE, bool PROBE, bool SPREAD = false>
 __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, const WeightRef& w, int E, int e0,
                                                      int n4, unsigned* copied, float* lg, ChainProbe<PROBE>& probe,
                                                      const SpreadChain& sp = {}, int blk = 0, int routers = 1) {
-  constexpr int kDirectSums = 4 + 2 * G;
   __shared__ float part[kDirectSums][kChainWarps];
   __shared__ float tot[kDirectSums];
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
@@ -437,7 +432,7 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
   // rows: plain loads; half rows are converted here). The whole block strides over the row once
   // (not each group of kRouterThreads over it), so each thread loads kChainVec float4s of x and
   // of a after the wait.
-  float4 wv[G][kChainVec], wr4[kChainVec], wa4[kChainVec];
+  float4 wv[kRouterGroups][kChainVec], wr4[kChainVec], wa4[kChainVec];
 #pragma unroll
   for (int c = 0; c < kChainVec; ++c) {
     const int j = t + kChainThreads * c;
@@ -445,7 +440,7 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
     wr4[c] = in && d.wr ? reinterpret_cast<const float4*>(d.wr)[j] : one;
     wa4[c] = in && d.wa ? reinterpret_cast<const float4*>(d.wa)[j] : one;
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
+    for (int g = 0; g < kRouterGroups; ++g) {
       const int e = e0 + g;
       wv[g][c] = in && e < E ? w4<TYPE>(w.data + static_cast<size_t>(e) * w.row_bytes, 4 * j, w.K) : zero;
     }
@@ -477,7 +472,7 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
     probe.stamp_after(kStageNormW, wr4[0].x + wa4[0].x + wr4[kChainVec - 1].w + wa4[kChainVec - 1].w);
     float r = 0.0f;
 #pragma unroll
-    for (int g = 0; g < G; ++g) r += wv[g][0].x + wv[g][kChainVec - 1].w;
+    for (int g = 0; g < kRouterGroups; ++g) r += wv[g][0].x + wv[g][kChainVec - 1].w;
     probe.stamp_after(kStageRows, r);
   }
 #pragma unroll
@@ -504,41 +499,26 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
 #pragma unroll
   for (int c = 0; c < kChainVec; ++c) {
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
+    for (int g = 0; g < kRouterGroups; ++g) {
       sum[4 + 2 * g] += dot4(wv[g][c], xr[c]);
       sum[5 + 2 * g] += dot4(wv[g][c], yr[c]);
     }
   }
-  if constexpr (SMEM_SUMS) {
-    static_assert(kDirectSums <= kChainWarps, "a warp a sum");
-    __shared__ float all[kDirectSums][kChainThreads];
 #pragma unroll
-    for (int v = 0; v < kDirectSums; ++v) all[v][t] = sum[v];
-    __syncthreads();
-    if (warp < kDirectSums) {
-      float v = 0.0f;
+  for (int v = 0; v < kDirectSums; ++v) {
+    const float r = warp_sum(sum[v]);
+    if (lane == 0) part[v][warp] = r;
+  }
+  __syncthreads();
+  if (t < kDirectSums) {
+    float v = 0.0f;
 #pragma unroll
-      for (int i = lane; i < kChainThreads; i += 32) v += all[warp][i];
-      v = warp_sum(v);
-      if (lane == 0) tot[warp] = v;
-    }
-  } else {
-#pragma unroll
-    for (int v = 0; v < kDirectSums; ++v) {
-      const float r = warp_sum(sum[v]);
-      if (lane == 0) part[v][warp] = r;
-    }
-    __syncthreads();
-    if (t < kDirectSums) {
-      float v = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kChainWarps; ++i) v += part[t][i];
-      tot[t] = v;
-    }
+    for (int i = 0; i < kChainWarps; ++i) v += part[t][i];
+    tot[t] = v;
   }
   __syncthreads();
   const float n = 4.0f * n4;
-  if (t < G) {
+  if (t < kRouterGroups) {
     const DirectScales z = direct_scales(tot, n, d.eps_a);
     const float rh = 1.0f / sqrtf(z.hh / n + d.eps_r);
     lg[t] = rh * (tot[4 + 2 * t] + z.ra * tot[5 + 2 * t]);
@@ -565,7 +545,7 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
 // stores them to the poll buffer too and, the grid's last block, routes once all are in; else it
 // counts itself done and routes if last (routers: the router blocks in the grid). sc: the first
 // warp's per-expert scales when sc_early. kind, ops: the probe's key for the routing block.
-template <bool PROBE, int G = kRouterGroups>
+template <bool PROBE>
 __device__ __forceinline__ void router_finish(const RouterArgs& r, const float* lg, int e0, unsigned routers,
                                               const float (&sc)[4], bool sc_early, int ops, int kind,
                                               ChainProbe<PROBE>& probe) {
@@ -576,7 +556,7 @@ __device__ __forceinline__ void router_finish(const RouterArgs& r, const float* 
     const int me = static_cast<int>(blockIdx.x + routers - gridDim.x);  // among the router blocks
     probe.leave_times(me);
     if (threadIdx.x == 0)
-      for (int g = 0; g < G && e0 + g < E; ++g) {
+      for (int g = 0; g < kRouterGroups && e0 + g < E; ++g) {
         r.logits[e0 + g] = lg[g];
         st_relaxed(r.poll + e0 + g, lg[g]);
       }
@@ -594,7 +574,7 @@ __device__ __forceinline__ void router_finish(const RouterArgs& r, const float* 
     return;
   }
   if (threadIdx.x == 0) {
-    for (int g = 0; g < G && e0 + g < E; ++g) r.logits[e0 + g] = lg[g];
+    for (int g = 0; g < kRouterGroups && e0 + g < E; ++g) r.logits[e0 + g] = lg[g];
     probe.stamp(kStageDot);
     last = atomic_add_acq_rel(r.counter, 1u) == routers - 1;  // as router_block's counter
     probe.stamp(kStageCounted);
@@ -613,16 +593,13 @@ __device__ __forceinline__ void router_finish(const RouterArgs& r, const float* 
 // PROBE: chain_probe.cuh's stamps (block 0 and the last router block). DIRECT: the router blocks
 // in direct form (d), else they replay rp. SPREAD (with DIRECT): no chain blocks (chains == 0);
 // the router blocks write the chain's rows (sp).
-template <int TYPE, bool PROBE = false, bool DIRECT = false, bool SPREAD = false, int G = kRouterGroups,
-          bool SMEM_SUMS = false>
+template <int TYPE, bool PROBE = false, bool DIRECT = false, bool SPREAD = false>
 __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __grid_constant__ ChainPlan p,
                                                                      const __grid_constant__ ChainPlan rp,
                                                                      int rn_slot, int chains, RouterArgs r,
                                                                      unsigned* copied, RouterDirect d,
                                                                      SpreadChain sp) {
   static_assert(DIRECT || !SPREAD, "the spread form needs the direct form's sums");
-  static_assert(G == kRouterGroups || (SPREAD && G > 0 && G < kRouterGroups), "G: fewer experts a block, spread only");
-  static_assert(SPREAD || !SMEM_SUMS, "SMEM_SUMS: spread only");
   extern __shared__ float4 sm[];  // p.slots rows of p.n4 float4s (rp has fewer)
   __shared__ float part[kChainWarps];
   __shared__ float lg[kRouterGroups];
@@ -657,7 +634,7 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
     probe.commit(kProbeRouterChain, p.c.count);
     return;
   }
-  const int e0 = (blk - chains) * G;
+  const int e0 = (blk - chains) * kRouterGroups;
   const WeightRef& w = r.w;
   const int E = r.E;
   // Before the wait (weights, which no kernel writes): the first warp's per-expert scales, as
@@ -671,9 +648,8 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
   if constexpr (SPREAD) {
     // Warp 0 goes on to store the logits and count as soon as they are in lg; warps 1 .. write the
     // block's share of the chain's rows first, and join router_finish's barrier after.
-    direct_router_logits<TYPE, PROBE, true, G, SMEM_SUMS>(d, w, E, e0, rp.n4, nullptr, lg, probe, sp, blk,
-                                                          static_cast<int>(routers));
-    router_finish<PROBE, G>(r, lg, e0, routers, sc, sc_early, rp.c.count, kProbeRouterDirect, probe);
+    direct_router_logits<TYPE, PROBE, true>(d, w, E, e0, rp.n4, nullptr, lg, probe, sp, blk, static_cast<int>(routers));
+    router_finish(r, lg, e0, routers, sc, sc_early, rp.c.count, kProbeRouterDirect, probe);
     return;
   } else if constexpr (DIRECT) {
     direct_router_logits<TYPE>(d, w, E, e0, rp.n4, hold ? copied : nullptr, lg, probe);
@@ -1390,9 +1366,10 @@ SpreadChain chain_spread_form(const RowChain& c0, const RouterDirect& d) {
 // instance only: another one launched later in the process (a model whose router is another float
 // type, a probe or A/B switch set in between) then failed to launch with more than 48 KB of rows
 // (a 4096-wide chain). Only where needed: the spread form takes none, and an instance with much
-// static shared memory (MARKBASE_CUDA_ROUTER_SMEM_SUMS) cannot be given kChainSmem more; that
-// refusal, left as the last error, had failed its launch ("invalid argument"). A refusal is
-// cleared here: a launch that needed the allowance then fails with its own error.
+// static shared memory cannot be given kChainSmem more (the twenty-fifth session's
+// MARKBASE_CUDA_ROUTER_SMEM_SUMS, since dropped); that refusal, left as the last error, had
+// failed its launch ("invalid argument"). A refusal is cleared here: a launch that needed the
+// allowance then fails with its own error.
 static void allow_chain_smem(const void* kernel, size_t smem) {
   if (smem <= 48 * 1024) return;
   static std::mutex mu;
@@ -1447,14 +1424,7 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
   p.held = spreads ? 0u : chain_holds(p, rp, chains);
   // block 0's rows, or rp's (the spread form's blocks keep theirs in registers)
   const size_t smem = spreads ? 0 : static_cast<size_t>(std::max(p.slots, rp.slots)) * p.n4 * 16;
-  // A/B switch: MARKBASE_CUDA_ROUTER_GROUPS=1 or 2 gives each router block of the spread form that
-  // many experts instead of kRouterGroups (more blocks, fewer sums each to reduce).
-  static const int forced_groups = env_digit("MARKBASE_CUDA_ROUTER_GROUPS", 1, 2);
-  const int groups = spreads && forced_groups ? forced_groups : kRouterGroups;
-  // A/B switch: MARKBASE_CUDA_ROUTER_SMEM_SUMS=1 reduces the spread form's router sums through
-  // shared memory (direct_router_logits' SMEM_SUMS).
-  static const bool smem_sums = env_flag("MARKBASE_CUDA_ROUTER_SMEM_SUMS", false);
-  const int grid = chains + (no_router ? 0 : (E + groups - 1) / groups);
+  const int grid = chains + (no_router ? 0 : (E + kRouterGroups - 1) / kRouterGroups);
   const bool polled = poll && E <= kChainPollExperts && k <= 32;
   // A/B switch: MARKBASE_CUDA_CHAIN_ROUTER_LATE_TRIGGER=1 starts the next launch (the experts'
   // gate/up, whose dense blocks load their weights before their wait) only once the chain blocks
@@ -1468,25 +1438,16 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
     return 1;
   };
   // Float routers only (GGUF files keep the router in F32, Hugging Face directories in BF16).
-  auto typed = [&](auto probe, auto direct, auto spread_form, auto group, auto smem_form) {
+  auto typed = [&](auto probe, auto direct, auto spread_form) {
     constexpr bool P = decltype(probe)::value, D = decltype(direct)::value, S = decltype(spread_form)::value;
-    constexpr int G = decltype(group)::value;
-    constexpr bool M = decltype(smem_form)::value;
-    if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32, P, D, S, G, M>);
-    if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16, P, D, S, G, M>);
-    return launch(chain_router_kernel<MB_BF16, P, D, S, G, M>);
+    if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32, P, D, S>);
+    if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16, P, D, S>);
+    return launch(chain_router_kernel<MB_BF16, P, D, S>);
   };
   using Yes = std::true_type;
   using No = std::false_type;
-  using Four = std::integral_constant<int, kRouterGroups>;
-  auto spread_sums = [&](auto probe, auto group) {
-    return smem_sums ? typed(probe, Yes{}, Yes{}, group, Yes{}) : typed(probe, Yes{}, Yes{}, group, No{});
-  };
   auto forms = [&](auto probe) {
-    if (spreads && groups == 1) return spread_sums(probe, std::integral_constant<int, 1>{});
-    if (spreads && groups == 2) return spread_sums(probe, std::integral_constant<int, 2>{});
-    return spreads ? spread_sums(probe, Four{}) : d.on ? typed(probe, Yes{}, No{}, Four{}, No{})
-                                                       : typed(probe, No{}, No{}, Four{}, No{});
+    return spreads ? typed(probe, Yes{}, Yes{}) : d.on ? typed(probe, Yes{}, No{}) : typed(probe, No{}, No{});
   };
   return chain_probe() ? forms(Yes{}) : forms(No{});
 }

@@ -56,15 +56,17 @@ static __device__ ChainProbeTable mb_chain_probe;
 // Why: whether the router blocks (a whole SM's registers each) start only as the SMs empty.
 constexpr long long kProbeLateWait = 600;
 struct RouterSkewTable {
-  unsigned long long launches, blocks, late, start_spread_ns, dot_spread_ns, routing_start_ns, wait_cycles;
+  unsigned long long launches, blocks, late, start_spread_ns, waited_spread_ns, dot_spread_ns, routing_start_ns,
+      wait_cycles, after_wait_ns, after_wait_max_ns, routing_seen_ns;
 };
 static __device__ RouterSkewTable mb_router_skew;
-static __device__ unsigned long long mb_router_times[1024][3];  // kMaxExperts blocks: start, dot, wait
+// kMaxExperts blocks: start, past the wait, logits stored (ns), wait (cycles)
+static __device__ unsigned long long mb_router_times[1024][4];
 // Thread 0's stamps of one block; PROBE false: nothing (the default instances' code is unchanged).
 template <bool PROBE>
 struct ChainProbe {
   long long t0 = 0, t[kProbeStages] = {};
-  unsigned long long g0 = 0;  // globaltimer at the start (ns)
+  unsigned long long g0 = 0, gw = 0;  // globaltimer at the start and past the wait (ns)
   __device__ __forceinline__ static unsigned long long now_ns() {
     unsigned long long g;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
@@ -81,8 +83,9 @@ struct ChainProbe {
     if constexpr (PROBE) {
       if (threadIdx.x != 0) return;
       mb_router_times[i][0] = g0;
-      mb_router_times[i][1] = now_ns();
-      mb_router_times[i][2] = static_cast<unsigned long long>(t[kStageWaited] - t[kStagePreWait]);
+      mb_router_times[i][1] = gw;
+      mb_router_times[i][2] = now_ns();
+      mb_router_times[i][3] = static_cast<unsigned long long>(t[kStageWaited] - t[kStagePreWait]);
       __threadfence();
     }
   }
@@ -90,13 +93,17 @@ struct ChainProbe {
   __device__ __forceinline__ void add_skew(int n, int me) {
     if constexpr (PROBE) {
       if (threadIdx.x != 0) return;
+      const unsigned long long seen = now_ns();
       __threadfence();
-      unsigned long long s0 = ~0ull, s1 = 0, d0 = ~0ull, d1 = 0, late = 0, wait = 0;
+      unsigned long long s0 = ~0ull, s1 = 0, w0 = ~0ull, w1 = 0, d0 = ~0ull, d1 = 0, late = 0, wait = 0, aw = 0, awm = 0;
       for (int i = 0; i < n; ++i) {
-        const unsigned long long s = mb_router_times[i][0], d = mb_router_times[i][1], w = mb_router_times[i][2];
-        s0 = min(s0, s), s1 = max(s1, s), d0 = min(d0, d), d1 = max(d1, d);
+        const unsigned long long s = mb_router_times[i][0], g = mb_router_times[i][1], d = mb_router_times[i][2],
+                                 w = mb_router_times[i][3];
+        s0 = min(s0, s), s1 = max(s1, s), w0 = min(w0, g), w1 = max(w1, g), d0 = min(d0, d), d1 = max(d1, d);
         late += w < static_cast<unsigned long long>(kProbeLateWait);
         wait += w;
+        aw += d - g;
+        awm = max(awm, d - g);
       }
       atomicAdd(&mb_router_skew.launches, 1ull);
       atomicAdd(&mb_router_skew.blocks, static_cast<unsigned long long>(n));
@@ -105,6 +112,10 @@ struct ChainProbe {
       atomicAdd(&mb_router_skew.dot_spread_ns, d1 - d0);
       atomicAdd(&mb_router_skew.routing_start_ns, mb_router_times[me][0] - s0);
       atomicAdd(&mb_router_skew.wait_cycles, wait);
+      atomicAdd(&mb_router_skew.waited_spread_ns, w1 - w0);
+      atomicAdd(&mb_router_skew.after_wait_ns, aw);
+      atomicAdd(&mb_router_skew.after_wait_max_ns, awm);
+      atomicAdd(&mb_router_skew.routing_seen_ns, seen - d1);
     }
   }
   __device__ __forceinline__ static unsigned sm_id() {
@@ -114,7 +125,10 @@ struct ChainProbe {
   }
   __device__ __forceinline__ void stamp(int stage) {
     if constexpr (PROBE) {
-      if (threadIdx.x == 0) t[stage] = clock64() - t0;
+      if (threadIdx.x == 0) {
+        t[stage] = clock64() - t0;
+        if (stage == kStageWaited) gw = now_ns();
+      }
     }
   }
   // The stamp once v has landed: an instruction that reads v holds the thread until its load
@@ -177,9 +191,13 @@ static void chain_probe_print(const char* tag) {
   std::fprintf(stderr,
                "[cuda chain probe] %s: router blocks, %llu launches of %.0f: %.1f a launch waited under %lld "
                "cycles (started after the kernel before ended); mean wait %.0f cycles; starts spread over "
-               "%.0f ns, logits over %.0f ns; the routing block started %.0f ns after the first\n",
+               "%.0f ns, waits' ends over %.0f ns, logits over %.0f ns; from a block's wait to its logits "
+               "%.0f ns (the slowest %.0f); the routing block started %.0f ns after the first and had all "
+               "logits %.0f ns after the last was stored\n",
                tag, r.launches, r.blocks / L, r.late / L, kProbeLateWait, static_cast<double>(r.wait_cycles) / r.blocks,
-               r.start_spread_ns / L, r.dot_spread_ns / L, r.routing_start_ns / L);
+               r.start_spread_ns / L, r.waited_spread_ns / L, r.dot_spread_ns / L,
+               static_cast<double>(r.after_wait_ns) / r.blocks, r.after_wait_max_ns / L, r.routing_start_ns / L,
+               r.routing_seen_ns / L);
 }
 
 }  // namespace markbase::cuda

@@ -27,11 +27,6 @@ constexpr int kTallRows = 4;
 constexpr int kTallN = 65536;
 // MARKBASE_CUDA_TALL_STAGED=0: the LM head through the unit-load kernel (for A/B timing).
 const bool tall_staged_ = env_flag("MARKBASE_CUDA_TALL_STAGED", true);
-// A/B switch: MARKBASE_CUDA_MATVEC_WIDE_ROWS=8 gives products wider than tall (K > n: the
-// attention output, the dense down) 8 rows a block: half the blocks, on fewer SMs, so that a
-// next launch of whole-SM blocks (chain_router's router blocks) finds more SMs empty and starts
-// beside the product instead of after it (bench/RESULTS.md, twenty-sixth session).
-const bool wide_rows8_ = env_digit("MARKBASE_CUDA_MATVEC_WIDE_ROWS", 4, 8) == 8;
 
 // One row of `n` values per blockIdx.y; 32 consecutive values per warp (one q8 block).
 __global__ void quantize_q8_kernel(const float* a, int as, int n, Q8Vec q, int qs) {
@@ -163,8 +158,7 @@ int matvec_q8(cudaStream_t s, MatvecJobs jobs, Q8Vec x, int K) {
   int n = 0;
   for (int i = 0; i < jobs.count; ++i) n += jobs.n[i];
   if (n >= kTallN && tall_staged_fits(jobs) && tall_staged_) return launch_tall_staged(s, jobs, x, K);
-  if (n >= kTallN) return launch_rows<kTallRows>(s, jobs, x, K);
-  return wide_rows8_ && K > n ? launch_rows<8>(s, jobs, x, K) : launch_rows<kRows>(s, jobs, x, K);
+  return n >= kTallN ? launch_rows<kTallRows>(s, jobs, x, K) : launch_rows<kRows>(s, jobs, x, K);
 }
 
 MB_TRACE_ATTACH(trace_attach_matvec_q8)

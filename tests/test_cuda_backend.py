@@ -607,17 +607,6 @@ def test_chain_probe_bit_identical(need_cuda, tmp_path, qtype):
         assert on["kernels"] == probed["kernels"]
 
 
-def test_router_prefetch_bit_identical(need_cuda, tmp_path):
-    """MARKBASE_CUDA_ROUTER_PREFETCH=1 (an A/B switch): chain_router's first router block asks L2
-    for the other router blocks' rows before its wait. A prefetch moves no value: the logits bit
-    for bit and the tokens of the default, as many kernels a token (two 26B-A4B layers)."""
-    path, summary, rng = _synthetic(tmp_path, "26b-a4b-prefetch", preset="26b-a4b", layers=2, vocab=4096,
-                                    qtype="q4_0")
-    ids = _ids(summary, 12, rng)
-    on, fetched = _fingerprints_match(path, ids, {"MARKBASE_CUDA_ROUTER_PREFETCH": "1"})
-    assert on["kernels"] == fetched["kernels"]
-
-
 @pytest.mark.parametrize("experts,top_k,hidden", [(6, 3, None), (40, 5, None), (6, 2, 4096)])
 def test_chain_router_precise_mode(need_cuda, tmp_path, monkeypatch, experts, top_k, hidden):
     """The router beside the row chain (chain_router) in precise mode, where the experts and the

@@ -175,7 +175,6 @@ struct RouterArgs {
   bool scale_early;
   float* poll;  // chain_router: null, or its poll buffer (kChainPollExperts floats, kPollEmpty)
   bool chain_trigger_late;  // chain_router: its chain blocks let the next launch start only as they end
-  bool prefetch_rows;       // chain_router: its first router block asks L2 for the other blocks' rows
 };
 
 // chain_router's poll buffer (the default; MARKBASE_CUDA_ROUTER_POLL=0: the count): each router
@@ -646,14 +645,6 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
 #pragma unroll
     for (int i = 0; i < 4; ++i) sc[i] = threadIdx.x + 32 * i < E ? r.scale[threadIdx.x + 32 * i] : 1.0f;
   }
-  // Most router blocks (a whole SM's registers each) start only once the kernel before has left
-  // their SM, and then spend ~1.3 us issuing their loads before the wait, which is then on the
-  // critical path (the probe's router-block line: ~20 of 32 late on the 26B-A4B). The first
-  // router block, dispatched first and usually early, asks L2 for the others' rows, so that the
-  // late ones read theirs from L2 (MARKBASE_CUDA_ROUTER_PREFETCH).
-  if (r.prefetch_rows && blk == chains && E > kRouterGroups)
-    prefetch_l2(w.data + static_cast<size_t>(kRouterGroups) * w.row_bytes,
-                static_cast<size_t>(E - kRouterGroups) * w.row_bytes);
   if constexpr (SPREAD) {
     // Warp 0 goes on to store the logits and count as soon as they are in lg; warps 1 .. write the
     // block's share of the chain's rows first, and join router_finish's barrier after.
@@ -1439,11 +1430,8 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
   // gate/up, whose dense blocks load their weights before their wait) only once the chain blocks
   // end, not as this launch starts: whether its early blocks slow the chain beside them.
   static const bool late = env_flag("MARKBASE_CUDA_CHAIN_ROUTER_LATE_TRIGGER", false);
-  // A/B switch: MARKBASE_CUDA_ROUTER_PREFETCH=1: the first router block prefetches the others'
-  // rows to L2 (chain_router_kernel).
-  static const bool prefetch = env_flag("MARKBASE_CUDA_ROUTER_PREFETCH", false);
   const RouterArgs r{w, router_in, expert_scale, E, k, logits, out, counters, router_scale_early(),
-                     polled ? poll : nullptr, late, prefetch};
+                     polled ? poll : nullptr, late};
   auto launch = [&](auto kernel) {
     allow_chain_smem(reinterpret_cast<const void*>(kernel), smem);
     enqueue(kernel, grid, kChainThreads, smem, s, p, rp, rn_slot, chains, r, counters + 1, d, sp);

@@ -328,7 +328,6 @@ struct RouterDirect {
   const float* wr;  // the router input norm's weight (null: ones)
   float eps_a, eps_r;
   bool on;          // false: the router blocks replay the chain's ops instead
-  bool loads_after_wait;  // experiment (MARKBASE_CUDA_ROUTER_LOADS_AFTER_WAIT=1): weights loaded after the wait
 };
 constexpr int kDirectSums = 4 + 2 * kRouterGroups;
 // The direct form's two scales from the block's sums tot (n: the row's length): r_a, and sum(h^2).
@@ -433,10 +432,6 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
   // rows: plain loads; half rows are converted here). The whole block strides over the row once
   // (not each group of kRouterThreads over it), so each thread loads kChainVec float4s of x and
   // of a after the wait.
-  if (d.loads_after_wait) {
-    probe.stamp(kStagePreWait);
-    pdl_wait();
-  }
   float4 wv[kRouterGroups][kChainVec], wr4[kChainVec], wa4[kChainVec];
 #pragma unroll
   for (int c = 0; c < kChainVec; ++c) {
@@ -456,10 +451,8 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
     if (slicer) slice.j = spread_index(t - 32, 0, blk, routers, n4);
     spread_weights(sp, d, slice);
   }
-  if (!d.loads_after_wait) {
-    probe.stamp(kStagePreWait);
-    pdl_wait();
-  }
+  probe.stamp(kStagePreWait);
+  pdl_wait();
   probe.stamp(kStageWaited);
   if constexpr (SPREAD) spread_rows(d, slice);
   // sum(a^2), sum(x^2), sum(x y), sum(y^2), then P and Q of each group
@@ -1423,9 +1416,7 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
     if (on) std::fprintf(stderr, "[cuda] MARKBASE_CUDA_PROBE_NO_ROUTER=1: MoE layers are not routed (timing only)\n");
     return on;
   }();
-  RouterDirect d = direct ? chain_direct_form(rp) : RouterDirect{};
-  static const bool after_wait = env_flag("MARKBASE_CUDA_ROUTER_LOADS_AFTER_WAIT", false);
-  d.loads_after_wait = after_wait;
+  const RouterDirect d = direct ? chain_direct_form(rp) : RouterDirect{};
   // (the spread form has no chain blocks to launch alone)
   const SpreadChain sp = spread && !no_router ? chain_spread_form(c0, d) : SpreadChain{};
   const bool spreads = sp.norms > 0;

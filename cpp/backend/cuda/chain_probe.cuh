@@ -47,13 +47,14 @@ struct ChainProbeTable {
   unsigned long long hits[kProbeKinds][kMaxRowOps + 1][kProbeStages];
 };
 static __device__ ChainProbeTable mb_chain_probe;
-// The spread of chain_router's router blocks (poll mode): each leaves its start and logits-stored
-// times (globaltimer, ns) and its wait (SM cycles from its pre-wait stamp to past the PDL wait) in
-// mb_router_times before its logits; the routing block, once it has all logits, adds up per launch
-// how many blocks waited under kProbeLateWait cycles (the kernel before had ended before they got
-// there: their loads before the wait were on the critical path, not beside that kernel), the
-// spread of the blocks' starts and of their logits, and the routing block's start after the first.
-// Why: whether the router blocks (a whole SM's registers each) start only as the SMs empty.
+// The spread of chain_router's router blocks (poll mode): each leaves its start, the end of its
+// PDL wait and its logits-stored times (globaltimer, ns) and its wait (SM cycles from its
+// pre-wait stamp to past the wait) in mb_router_times before its logits; the routing block, once
+// it has all logits, adds up per launch how many blocks waited under kProbeLateWait cycles (the
+// kernel before had ended by the time they reached their wait: their work before the wait was on
+// the critical path), the spread of the blocks' starts, wait ends and logits, and the routing
+// block's start after the first. The probe's own stores and fence slow the launch: its times are
+// for comparing variants.
 constexpr long long kProbeLateWait = 600;
 struct RouterSkewTable {
   unsigned long long launches, blocks, late, start_spread_ns, waited_spread_ns, dot_spread_ns, routing_start_ns,
@@ -190,7 +191,7 @@ static void chain_probe_print(const char* tag) {
   const double L = static_cast<double>(r.launches);
   std::fprintf(stderr,
                "[cuda chain probe] %s: router blocks, %llu launches of %.0f: %.1f a launch waited under %lld "
-               "cycles (started after the kernel before ended); mean wait %.0f cycles; starts spread over "
+               "cycles (reached it after the kernel before ended); mean wait %.0f cycles; starts spread over "
                "%.0f ns, waits' ends over %.0f ns, logits over %.0f ns; from a block's wait to its logits "
                "%.0f ns (the slowest %.0f); the routing block started %.0f ns after the first and had all "
                "logits %.0f ns after the last was stored\n",

@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/fast_dot.cuh"
 #include "backend/cuda/q8.cuh"
 #include "backend/cuda/row_chain.cuh"
@@ -419,10 +420,18 @@ __device__ __forceinline__ void spread_store(const SpreadChain& s, const SpreadP
 // counts its reads of the chain's rows done on *copied when not null (block 0 rewrites them). n4:
 // float4s a row. SPREAD: its warps 1 .. then write its share of the chain's rows (SpreadChain; blk:
 // its index among the routers router blocks) while warp 0 returns as soon as lg is written.
-template <int TYPE, bool PROBE, bool SPREAD = false>
+// STAGED (spread form, MARKBASE_CUDA_ROUTER_STAGED=1): the router rows and the two norm weights
+// arrive in shared memory (staged: kRouterGroups + 2 slots of n4 float4s) by bulk copies that one
+// thread asks for before the wait, instead of ~16 loads a warp: the path to the wait is short
+// (the loads' issue took ~2 600 SM cycles, of which the part after the kernel before has ended is
+// on the critical path: bench/RESULTS.md, twenty-sixth session). The same values, read after the
+// wait: the same bits.
+template <int TYPE, bool PROBE, bool SPREAD = false, bool STAGED = false>
 __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, const WeightRef& w, int E, int e0,
                                                      int n4, unsigned* copied, float* lg, ChainProbe<PROBE>& probe,
-                                                     const SpreadChain& sp = {}, int blk = 0, int routers = 1) {
+                                                     const SpreadChain& sp = {}, int blk = 0, int routers = 1,
+                                                     float4* staged = nullptr) {
+  static_assert(SPREAD || !STAGED, "STAGED: spread form only");
   __shared__ float part[kDirectSums][kChainWarps];
   __shared__ float tot[kDirectSums];
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
@@ -433,16 +442,40 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
   // (not each group of kRouterThreads over it), so each thread loads kChainVec float4s of x and
   // of a after the wait.
   float4 wv[kRouterGroups][kChainVec], wr4[kChainVec], wa4[kChainVec];
+  // Bulk copies need compute capability 9.0: the portable PTX build's STAGED instances load as the
+  // others do.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool kBulk = STAGED;
+#else
+  constexpr bool kBulk = false;
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __shared__ unsigned long long staged_bar;
+  if constexpr (kBulk) {
+    if (t == 0) {
+      const uint32_t row = static_cast<uint32_t>(w.row_bytes), vec = static_cast<uint32_t>(n4) * 16u;
+      const int rows = min(kRouterGroups, E - e0);
+      mbar_init_expect(&staged_bar, rows * row + (d.wr ? vec : 0u) + (d.wa ? vec : 0u));
+      for (int g = 0; g < rows; ++g)
+        bulk_copy_to_shared(staged + g * n4, w.data + static_cast<size_t>(e0 + g) * w.row_bytes, row, &staged_bar);
+      if (d.wr) bulk_copy_to_shared(staged + kRouterGroups * n4, d.wr, vec, &staged_bar);
+      if (d.wa) bulk_copy_to_shared(staged + (kRouterGroups + 1) * n4, d.wa, vec, &staged_bar);
+    }
+    __syncthreads();  // the barrier initialised before any thread waits on it
+  }
+#endif
+  if constexpr (!kBulk) {
 #pragma unroll
-  for (int c = 0; c < kChainVec; ++c) {
-    const int j = t + kChainThreads * c;
-    const bool in = j < n4;
-    wr4[c] = in && d.wr ? reinterpret_cast<const float4*>(d.wr)[j] : one;
-    wa4[c] = in && d.wa ? reinterpret_cast<const float4*>(d.wa)[j] : one;
+    for (int c = 0; c < kChainVec; ++c) {
+      const int j = t + kChainThreads * c;
+      const bool in = j < n4;
+      wr4[c] = in && d.wr ? reinterpret_cast<const float4*>(d.wr)[j] : one;
+      wa4[c] = in && d.wa ? reinterpret_cast<const float4*>(d.wa)[j] : one;
 #pragma unroll
-    for (int g = 0; g < kRouterGroups; ++g) {
-      const int e = e0 + g;
-      wv[g][c] = in && e < E ? w4<TYPE>(w.data + static_cast<size_t>(e) * w.row_bytes, 4 * j, w.K) : zero;
+      for (int g = 0; g < kRouterGroups; ++g) {
+        const int e = e0 + g;
+        wv[g][c] = in && e < E ? w4<TYPE>(w.data + static_cast<size_t>(e) * w.row_bytes, 4 * j, w.K) : zero;
+      }
     }
   }
   SpreadPart slice{-1};  // SPREAD: this thread's float4 of the first pass
@@ -467,6 +500,25 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
     xs[c] = __ldcg(reinterpret_cast<const float4*>(d.x) + j);  // written by the kernel before
     as[c] = __ldcg(reinterpret_cast<const float4*>(d.a) + j);
   }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kBulk) {  // rows of n4 float4s in their slots (a half row fills half its slot)
+    mbar_wait_phase0(&staged_bar);
+    const float4* swr = staged + kRouterGroups * n4;
+    const float4* swa = staged + (kRouterGroups + 1) * n4;
+#pragma unroll
+    for (int c = 0; c < kChainVec; ++c) {
+      const int j = t + kChainThreads * c;
+      const bool in = j < n4;
+      wr4[c] = in && d.wr ? swr[j] : one;
+      wa4[c] = in && d.wa ? swa[j] : one;
+#pragma unroll
+      for (int g = 0; g < kRouterGroups; ++g) {
+        const mb_u8* row = reinterpret_cast<const mb_u8*>(staged + g * n4);
+        wv[g][c] = in && e0 + g < E ? w4<TYPE>(row, 4 * j, w.K) : zero;
+      }
+    }
+  }
+#endif
   if constexpr (PROBE) {  // when each kind of load lands (thread 0's)
     probe.stamp_after(kStageXA, xs[0].x + as[0].x + xs[kChainVec - 1].w + as[kChainVec - 1].w);
     probe.stamp_after(kStageNormW, wr4[0].x + wa4[0].x + wr4[kChainVec - 1].w + wa4[kChainVec - 1].w);
@@ -593,7 +645,7 @@ __device__ __forceinline__ void router_finish(const RouterArgs& r, const float* 
 // PROBE: chain_probe.cuh's stamps (block 0 and the last router block). DIRECT: the router blocks
 // in direct form (d), else they replay rp. SPREAD (with DIRECT): no chain blocks (chains == 0);
 // the router blocks write the chain's rows (sp).
-template <int TYPE, bool PROBE = false, bool DIRECT = false, bool SPREAD = false>
+template <int TYPE, bool PROBE = false, bool DIRECT = false, bool SPREAD = false, bool STAGED = false>
 __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __grid_constant__ ChainPlan p,
                                                                      const __grid_constant__ ChainPlan rp,
                                                                      int rn_slot, int chains, RouterArgs r,
@@ -648,7 +700,8 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
   if constexpr (SPREAD) {
     // Warp 0 goes on to store the logits and count as soon as they are in lg; warps 1 .. write the
     // block's share of the chain's rows first, and join router_finish's barrier after.
-    direct_router_logits<TYPE, PROBE, true>(d, w, E, e0, rp.n4, nullptr, lg, probe, sp, blk, static_cast<int>(routers));
+    direct_router_logits<TYPE, PROBE, true, STAGED>(d, w, E, e0, rp.n4, nullptr, lg, probe, sp, blk,
+                                                    static_cast<int>(routers), sm);
     router_finish(r, lg, e0, routers, sc, sc_early, rp.c.count, kProbeRouterDirect, probe);
     return;
   } else if constexpr (DIRECT) {
@@ -1422,8 +1475,18 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
   const bool spreads = sp.norms > 0;
   const int chains = spreads ? 0 : split ? chain_split_tail(p) : 1;
   p.held = spreads ? 0u : chain_holds(p, rp, chains);
-  // block 0's rows, or rp's (the spread form's blocks keep theirs in registers)
-  const size_t smem = spreads ? 0 : static_cast<size_t>(std::max(p.slots, rp.slots)) * p.n4 * 16;
+  // A/B switch: MARKBASE_CUDA_ROUTER_STAGED=1: the spread form's router blocks take their router
+  // rows and norm weights by bulk copies into shared memory (direct_router_logits' STAGED), where
+  // the rows allow (16-byte multiples and addresses, as the copies need).
+  static const bool staged_on = env_flag("MARKBASE_CUDA_ROUTER_STAGED", false);
+  auto aligned16 = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15) == 0; };
+  const bool staged = staged_on && spreads && w.row_bytes % 16 == 0 && aligned16(w.data) &&
+                      (!d.wr || aligned16(d.wr)) && (!d.wa || aligned16(d.wa)) &&
+                      static_cast<size_t>(kRouterGroups + 2) * rp.n4 * 16 <= kChainSmem;
+  // block 0's rows, or rp's; the spread form's blocks keep theirs in registers, or stage them
+  const size_t smem = staged    ? static_cast<size_t>(kRouterGroups + 2) * rp.n4 * 16
+                      : spreads ? 0
+                                : static_cast<size_t>(std::max(p.slots, rp.slots)) * p.n4 * 16;
   const int grid = chains + (no_router ? 0 : (E + kRouterGroups - 1) / kRouterGroups);
   const bool polled = poll && E <= kChainPollExperts && k <= 32;
   // A/B switch: MARKBASE_CUDA_CHAIN_ROUTER_LATE_TRIGGER=1 starts the next launch (the experts'
@@ -1446,7 +1509,14 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
   };
   using Yes = std::true_type;
   using No = std::false_type;
+  auto staged_typed = [&](auto probe) {
+    constexpr bool P = decltype(probe)::value;
+    if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32, P, true, true, true>);
+    if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16, P, true, true, true>);
+    return launch(chain_router_kernel<MB_BF16, P, true, true, true>);
+  };
   auto forms = [&](auto probe) {
+    if (staged) return staged_typed(probe);
     return spreads ? typed(probe, Yes{}, Yes{}) : d.on ? typed(probe, Yes{}, No{}) : typed(probe, No{}, No{});
   };
   return chain_probe() ? forms(Yes{}) : forms(No{});

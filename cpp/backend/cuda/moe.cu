@@ -446,10 +446,6 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
   // others do.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr bool kBulk = STAGED;
-#else
-  constexpr bool kBulk = false;
-#endif
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   __shared__ unsigned long long staged_bar;
   if constexpr (kBulk) {
     if (t == 0) {
@@ -463,6 +459,8 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
     }
     __syncthreads();  // the barrier initialised before any thread waits on it
   }
+#else
+  constexpr bool kBulk = false;
 #endif
   if constexpr (!kBulk) {
 #pragma unroll
@@ -652,7 +650,7 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
                                                                      unsigned* copied, RouterDirect d,
                                                                      SpreadChain sp) {
   static_assert(DIRECT || !SPREAD, "the spread form needs the direct form's sums");
-  extern __shared__ float4 sm[];  // p.slots rows of p.n4 float4s (rp has fewer)
+  extern __shared__ float4 sm[];  // p.slots rows of p.n4 float4s (rp has fewer); STAGED: the router rows
   __shared__ float part[kChainWarps];
   __shared__ float lg[kRouterGroups];
   ChainProbe<PROBE> probe;

@@ -29,6 +29,10 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// A wait on other blocks or on copies that outlasts this many SM cycles (~1 s) traps, which the
+// backend reports as an error, not a hang (moe.cu's poll_logits, mbar_wait_phase0).
+constexpr long long kSpinTrapCycles = 2000000000ll;
+
 // --- Bulk copies (the tensor memory accelerator, compute capability 9.0): one thread asks for a
 // whole contiguous range global -> shared, which lands without the SM issuing a load per 16 bytes;
 // an mbarrier in shared memory counts its bytes in. Addresses and sizes: multiples of 16 bytes.
@@ -47,13 +51,12 @@ __device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, 
                "l"(src), "r"(bytes), "r"(smem_addr(bar))
                : "memory");
 }
-// Every thread that reads the copies: until the barrier's first phase has completed. A copy that
-// never completes (~1 s of SM cycles) traps, which the backend reports as an error, not a hang.
+// Every thread that reads the copies: until the barrier's first phase has completed.
 __device__ __forceinline__ void mbar_wait_phase0(unsigned long long* bar) {
   uint32_t done = 0;
   const long long t0 = clock64();
   for (; !done; ) {
-    if (clock64() - t0 > 2000000000ll) __trap();
+    if (clock64() - t0 > kSpinTrapCycles) __trap();
     asm volatile(
         "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n selp.u32 %0, 1, 0, p;\n}\n"
         : "=r"(done)

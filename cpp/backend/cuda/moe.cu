@@ -184,14 +184,13 @@ struct RouterArgs {
 // 0x7fffffff), routes, and empties it for the next launch. Against the count of finished router
 // blocks (an acquire-release atomic after the logits' stores, then the logits read back by the last
 // block counted): one L2 round trip after the last logit lands instead of the store's release, the
-// atomic's round trip and the read. A poll that outlasts kPollCycles (~1 s: a router block that
+// atomic's round trip and the read. A poll that outlasts kSpinTrapCycles (~1 s: a router block that
 // never ran) traps, which the backend reports as an error. H200, 6-layer 26B-A4B file: the routing
 // block routed ~1 200 SM cycles earlier after its wait, but decode moved only 0.4 % slower to 0.6 %
 // faster than with the count while chain blocks set the launch's length (bench/RESULTS.md,
 // twenty-fourth session); with the spread form (SpreadChain), where the routing block ends the
 // launch, decode 1.3 % faster (twenty-fifth session).
 constexpr unsigned kPollEmpty = 0xffffffffu;
-constexpr long long kPollCycles = 2000000000ll;
 // The E <= 128 logits of the poll buffer in the calling warp's registers (lane l: experts
 // l + 32 i), once all have landed; then the buffer is emptied.
 __device__ __forceinline__ void poll_logits(float* poll, int E, float (&lv)[4]) {
@@ -205,7 +204,7 @@ __device__ __forceinline__ void poll_logits(float* poll, int E, float (&lv)[4]) 
       ready = ready && __float_as_uint(lv[i]) != kPollEmpty;
     }
     if (__all_sync(0xffffffffu, ready)) break;
-    if (clock64() - t0 > kPollCycles) __trap();
+    if (clock64() - t0 > kSpinTrapCycles) __trap();
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i)
@@ -416,6 +415,28 @@ __device__ __forceinline__ void spread_store(const SpreadChain& s, const SpreadP
   }
 }
 
+// A direct router block's weights in its threads' registers: its kRouterGroups router rows
+// (experts e0 ..; row g at rows + (first + g) row_bytes: the weight in global memory, or its
+// staged copy) and the two norm weights wr, wa (null in d: ones), each thread its kChainVec
+// float4s of the row.
+template <int TYPE>
+__device__ __forceinline__ void direct_weights(const RouterDirect& d, const WeightRef& w, int E, int e0, int n4,
+                                               const mb_u8* rows, int first, size_t row_bytes, const float4* wr,
+                                               const float4* wa, float4 (&wv)[kRouterGroups][kChainVec],
+                                               float4 (&wr4)[kChainVec], float4 (&wa4)[kChainVec]) {
+  const float4 one = make_float4(1.0f, 1.0f, 1.0f, 1.0f), zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+  for (int c = 0; c < kChainVec; ++c) {
+    const int j = static_cast<int>(threadIdx.x) + kChainThreads * c;
+    const bool in = j < n4;
+    wr4[c] = in && d.wr ? wr[j] : one;
+    wa4[c] = in && d.wa ? wa[j] : one;
+#pragma unroll
+    for (int g = 0; g < kRouterGroups; ++g)
+      wv[g][c] = in && e0 + g < E ? w4<TYPE>(rows + static_cast<size_t>(first + g) * row_bytes, 4 * j, w.K) : zero;
+  }
+}
+
 // A router block's kRouterGroups logits (experts e0 ..) in direct form, into lg (shared memory);
 // counts its reads of the chain's rows done on *copied when not null (block 0 rewrites them). n4:
 // float4s a row. SPREAD: its warps 1 .. then write its share of the chain's rows (SpreadChain; blk:
@@ -462,20 +483,9 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
 #else
   constexpr bool kBulk = false;
 #endif
-  if constexpr (!kBulk) {
-#pragma unroll
-    for (int c = 0; c < kChainVec; ++c) {
-      const int j = t + kChainThreads * c;
-      const bool in = j < n4;
-      wr4[c] = in && d.wr ? reinterpret_cast<const float4*>(d.wr)[j] : one;
-      wa4[c] = in && d.wa ? reinterpret_cast<const float4*>(d.wa)[j] : one;
-#pragma unroll
-      for (int g = 0; g < kRouterGroups; ++g) {
-        const int e = e0 + g;
-        wv[g][c] = in && e < E ? w4<TYPE>(w.data + static_cast<size_t>(e) * w.row_bytes, 4 * j, w.K) : zero;
-      }
-    }
-  }
+  if constexpr (!kBulk)
+    direct_weights<TYPE>(d, w, E, e0, n4, w.data, e0, w.row_bytes,
+                         reinterpret_cast<const float4*>(d.wr), reinterpret_cast<const float4*>(d.wa), wv, wr4, wa4);
   SpreadPart slice{-1};  // SPREAD: this thread's float4 of the first pass
   const bool slicer = SPREAD && t >= 32;
   if constexpr (SPREAD) {
@@ -501,20 +511,8 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (kBulk) {  // rows of n4 float4s in their slots (a half row fills half its slot)
     mbar_wait_phase0(&staged_bar);
-    const float4* swr = staged + kRouterGroups * n4;
-    const float4* swa = staged + (kRouterGroups + 1) * n4;
-#pragma unroll
-    for (int c = 0; c < kChainVec; ++c) {
-      const int j = t + kChainThreads * c;
-      const bool in = j < n4;
-      wr4[c] = in && d.wr ? swr[j] : one;
-      wa4[c] = in && d.wa ? swa[j] : one;
-#pragma unroll
-      for (int g = 0; g < kRouterGroups; ++g) {
-        const mb_u8* row = reinterpret_cast<const mb_u8*>(staged + g * n4);
-        wv[g][c] = in && e0 + g < E ? w4<TYPE>(row, 4 * j, w.K) : zero;
-      }
-    }
+    direct_weights<TYPE>(d, w, E, e0, n4, reinterpret_cast<const mb_u8*>(staged), 0, static_cast<size_t>(n4) * 16,
+                         staged + kRouterGroups * n4, staged + (kRouterGroups + 1) * n4, wv, wr4, wa4);
   }
 #endif
   if constexpr (PROBE) {  // when each kind of load lands (thread 0's)
@@ -1478,11 +1476,11 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
   // the rows allow (16-byte multiples and addresses, as the copies need).
   static const bool staged_on = env_flag("MARKBASE_CUDA_ROUTER_STAGED", false);
   auto aligned16 = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15) == 0; };
+  const size_t staged_bytes = static_cast<size_t>(kRouterGroups + 2) * rp.n4 * 16;
   const bool staged = staged_on && spreads && w.row_bytes % 16 == 0 && aligned16(w.data) &&
-                      (!d.wr || aligned16(d.wr)) && (!d.wa || aligned16(d.wa)) &&
-                      static_cast<size_t>(kRouterGroups + 2) * rp.n4 * 16 <= kChainSmem;
+                      (!d.wr || aligned16(d.wr)) && (!d.wa || aligned16(d.wa)) && staged_bytes <= kChainSmem;
   // block 0's rows, or rp's; the spread form's blocks keep theirs in registers, or stage them
-  const size_t smem = staged    ? static_cast<size_t>(kRouterGroups + 2) * rp.n4 * 16
+  const size_t smem = staged    ? staged_bytes
                       : spreads ? 0
                                 : static_cast<size_t>(std::max(p.slots, rp.slots)) * p.n4 * 16;
   const int grid = chains + (no_router ? 0 : (E + kRouterGroups - 1) / kRouterGroups);
@@ -1499,23 +1497,19 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
     return 1;
   };
   // Float routers only (GGUF files keep the router in F32, Hugging Face directories in BF16).
-  auto typed = [&](auto probe, auto direct, auto spread_form) {
+  auto typed = [&](auto probe, auto direct, auto spread_form, auto staged_form) {
     constexpr bool P = decltype(probe)::value, D = decltype(direct)::value, S = decltype(spread_form)::value;
-    if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32, P, D, S>);
-    if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16, P, D, S>);
-    return launch(chain_router_kernel<MB_BF16, P, D, S>);
+    constexpr bool St = decltype(staged_form)::value;
+    if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32, P, D, S, St>);
+    if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16, P, D, S, St>);
+    return launch(chain_router_kernel<MB_BF16, P, D, S, St>);
   };
   using Yes = std::true_type;
   using No = std::false_type;
-  auto staged_typed = [&](auto probe) {
-    constexpr bool P = decltype(probe)::value;
-    if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32, P, true, true, true>);
-    if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16, P, true, true, true>);
-    return launch(chain_router_kernel<MB_BF16, P, true, true, true>);
-  };
   auto forms = [&](auto probe) {
-    if (staged) return staged_typed(probe);
-    return spreads ? typed(probe, Yes{}, Yes{}) : d.on ? typed(probe, Yes{}, No{}) : typed(probe, No{}, No{});
+    if (staged) return typed(probe, Yes{}, Yes{}, Yes{});
+    return spreads ? typed(probe, Yes{}, Yes{}, No{}) : d.on ? typed(probe, Yes{}, No{}, No{})
+                                                        : typed(probe, No{}, No{}, No{});
   };
   return chain_probe() ? forms(Yes{}) : forms(No{});
 }

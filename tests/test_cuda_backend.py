@@ -569,24 +569,22 @@ def test_chain_router_spread(need_cuda, tmp_path, qtype, narrow):
 
 
 @pytest.mark.parametrize("qtype,narrow", [("q4_0", False), ("q8_0", True)], ids=["q4_0", "q8_0-narrow"])
-def test_router_staged_bit_identical(need_cuda, tiny_models, tmp_path, qtype, narrow):
-    """MARKBASE_CUDA_ROUTER_STAGED=1 (an A/B switch): the spread form's router blocks take their
-    router rows and norm weights by bulk copies into shared memory and read them there after the
-    wait. The same values as the loads from global memory: the logits bit for bit and the tokens
-    of the default, as many kernels a token, with the F32 router of a GGUF file (two 26B-A4B
-    layers, 2816 and 256 wide) and the BF16 router of a tiny Hugging Face MoE model (64 wide, 8
-    experts). Not yet run on a GPU when written (twenty-sixth session)."""
-    path, summary, rng = _synthetic(tmp_path, f"26b-staged-{qtype}", preset="26b-a4b", layers=2, vocab=4096,
+def test_router_vec_rows_bit_identical(need_cuda, tiny_models, tmp_path, qtype, narrow):
+    """The direct form's router blocks load aligned float router rows a whole float4 at a time
+    (router_row4); MARKBASE_CUDA_ROUTER_VEC_ROWS=0 (an A/B switch) loads them element by element.
+    The same values in the same sums: the logits bit for bit and the tokens of the default, as
+    many kernels a token, with the F32 router of a GGUF file (two 26B-A4B layers, 2816 and 256
+    wide) and the BF16 router of a tiny Hugging Face MoE model (64 wide, 8 experts)."""
+    path, summary, rng = _synthetic(tmp_path, f"26b-vecrows-{qtype}", preset="26b-a4b", layers=2, vocab=4096,
                                     qtype=qtype, narrow=narrow)
     ids = _ids(summary, 12, rng)
-    on, staged = _fingerprints_match(path, ids, {"MARKBASE_CUDA_ROUTER_STAGED": "1"})
-    assert on["kernels"] == staged["kernels"]
+    on, off = _fingerprints_match(path, ids, {"MARKBASE_CUDA_ROUTER_VEC_ROWS": "0"})
+    assert on["kernels"] == off["kernels"]
     tm = tiny_models["gemma4_moe"]
     ids = list(tm.prompt(24, 8))
     on = _decode_fingerprint(tm.path, ids, {})
-    staged = _decode_fingerprint(tm.path, ids, {"MARKBASE_CUDA_ROUTER_STAGED": "1"})
-    assert on["finite"] and (on["sha"], on["tokens"], on["kernels"]) == (staged["sha"], staged["tokens"],
-                                                                        staged["kernels"])
+    off = _decode_fingerprint(tm.path, ids, {"MARKBASE_CUDA_ROUTER_VEC_ROWS": "0"})
+    assert on["finite"] and (on["sha"], on["tokens"], on["kernels"]) == (off["sha"], off["tokens"], off["kernels"])
 
 
 @pytest.mark.parametrize("qtype,narrow", [("q4_0", False), ("q8_0", True)], ids=["q4_0", "q8_0-narrow"])

@@ -36,8 +36,8 @@
 //    logits (bit-identical).
 //    MARKBASE_CUDA_CHAIN_SPREAD=0: chain_router keeps its chain blocks instead of the direct
 //    router blocks writing the chain's rows (moe.cu's SpreadChain; the same values to rounding).
-//    MARKBASE_CUDA_ROUTER_STAGED=1: the spread form's router blocks take their rows by bulk copies
-//    into shared memory (bit-identical; not yet measured on a GPU).
+//    MARKBASE_CUDA_ROUTER_VEC_ROWS=0: the direct form's router rows loaded element by element, not
+//    a float4 at a time where aligned (moe.cu's router_row4; bit-identical).
 //    MARKBASE_CUDA_PROBE_NO_ROUTER=1 (timing only, wrong results): chain_router without its router
 //    blocks.
 #include <cuda_runtime.h>

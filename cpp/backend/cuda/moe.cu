@@ -14,7 +14,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/fast_dot.cuh"
 #include "backend/cuda/q8.cuh"
 #include "backend/cuda/row_chain.cuh"
@@ -184,13 +183,14 @@ struct RouterArgs {
 // 0x7fffffff), routes, and empties it for the next launch. Against the count of finished router
 // blocks (an acquire-release atomic after the logits' stores, then the logits read back by the last
 // block counted): one L2 round trip after the last logit lands instead of the store's release, the
-// atomic's round trip and the read. A poll that outlasts kSpinTrapCycles (~1 s: a router block that
+// atomic's round trip and the read. A poll that outlasts kPollCycles (~1 s: a router block that
 // never ran) traps, which the backend reports as an error. H200, 6-layer 26B-A4B file: the routing
 // block routed ~1 200 SM cycles earlier after its wait, but decode moved only 0.4 % slower to 0.6 %
 // faster than with the count while chain blocks set the launch's length (bench/RESULTS.md,
 // twenty-fourth session); with the spread form (SpreadChain), where the routing block ends the
 // launch, decode 1.3 % faster (twenty-fifth session).
 constexpr unsigned kPollEmpty = 0xffffffffu;
+constexpr long long kPollCycles = 2000000000ll;
 // The E <= 128 logits of the poll buffer in the calling warp's registers (lane l: experts
 // l + 32 i), once all have landed; then the buffer is emptied.
 __device__ __forceinline__ void poll_logits(float* poll, int E, float (&lv)[4]) {
@@ -204,7 +204,7 @@ __device__ __forceinline__ void poll_logits(float* poll, int E, float (&lv)[4]) 
       ready = ready && __float_as_uint(lv[i]) != kPollEmpty;
     }
     if (__all_sync(0xffffffffu, ready)) break;
-    if (clock64() - t0 > kSpinTrapCycles) __trap();
+    if (clock64() - t0 > kPollCycles) __trap();
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i)
@@ -328,7 +328,28 @@ struct RouterDirect {
   const float* wr;  // the router input norm's weight (null: ones)
   float eps_a, eps_r;
   bool on;          // false: the router blocks replay the chain's ops instead
+  bool rows_vec;    // the router rows' float4s load whole (router_row4)
 };
+
+// Float4 j of a float router row. rows_vec (the launcher checked the rows' alignment: 16 bytes for
+// F32, 8 for F16 and BF16, and K a multiple of 4): one 128-bit or 64-bit load. Otherwise w4's
+// element loads with their bounds checks: 4 loads and their address arithmetic a float4, which
+// made the direct form's ~140 loads before its wait ~945 instructions (bench/RESULTS.md,
+// twenty-seventh session).
+template <int TYPE>
+__device__ __forceinline__ float4 router_row4(const mb_u8* row, int j, int K, bool rows_vec) {
+  if (rows_vec) {
+    if constexpr (TYPE == MB_F32) {
+      return __ldg(reinterpret_cast<const float4*>(row) + j);
+    } else {
+      const uint2 h = __ldg(reinterpret_cast<const uint2*>(row) + j);
+      auto lo = [](mb_u32 u) { return TYPE == MB_BF16 ? __uint_as_float(u << 16) : __half2float(__ushort_as_half(static_cast<unsigned short>(u & 0xffffu))); };
+      auto hi = [](mb_u32 u) { return TYPE == MB_BF16 ? __uint_as_float(u & 0xffff0000u) : __half2float(__ushort_as_half(static_cast<unsigned short>(u >> 16))); };
+      return make_float4(lo(h.x), hi(h.x), lo(h.y), hi(h.y));
+    }
+  }
+  return w4<TYPE>(row, 4 * j, K);
+}
 constexpr int kDirectSums = 4 + 2 * kRouterGroups;
 // The direct form's two scales from the block's sums tot (n: the row's length): r_a, and sum(h^2).
 struct DirectScales {
@@ -415,44 +436,14 @@ __device__ __forceinline__ void spread_store(const SpreadChain& s, const SpreadP
   }
 }
 
-// A direct router block's weights in its threads' registers: its kRouterGroups router rows
-// (experts e0 ..; row g at rows + (first + g) row_bytes: the weight in global memory, or its
-// staged copy) and the two norm weights wr, wa (null in d: ones), each thread its kChainVec
-// float4s of the row.
-template <int TYPE>
-__device__ __forceinline__ void direct_weights(const RouterDirect& d, const WeightRef& w, int E, int e0, int n4,
-                                               const mb_u8* rows, int first, size_t row_bytes, const float4* wr,
-                                               const float4* wa, float4 (&wv)[kRouterGroups][kChainVec],
-                                               float4 (&wr4)[kChainVec], float4 (&wa4)[kChainVec]) {
-  const float4 one = make_float4(1.0f, 1.0f, 1.0f, 1.0f), zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-  for (int c = 0; c < kChainVec; ++c) {
-    const int j = static_cast<int>(threadIdx.x) + kChainThreads * c;
-    const bool in = j < n4;
-    wr4[c] = in && d.wr ? wr[j] : one;
-    wa4[c] = in && d.wa ? wa[j] : one;
-#pragma unroll
-    for (int g = 0; g < kRouterGroups; ++g)
-      wv[g][c] = in && e0 + g < E ? w4<TYPE>(rows + static_cast<size_t>(first + g) * row_bytes, 4 * j, w.K) : zero;
-  }
-}
-
 // A router block's kRouterGroups logits (experts e0 ..) in direct form, into lg (shared memory);
 // counts its reads of the chain's rows done on *copied when not null (block 0 rewrites them). n4:
 // float4s a row. SPREAD: its warps 1 .. then write its share of the chain's rows (SpreadChain; blk:
 // its index among the routers router blocks) while warp 0 returns as soon as lg is written.
-// STAGED (spread form, MARKBASE_CUDA_ROUTER_STAGED=1): the router rows and the two norm weights
-// arrive in shared memory (staged: kRouterGroups + 2 slots of n4 float4s) by bulk copies that one
-// thread asks for before the wait, instead of ~16 loads a warp: the path to the wait is short
-// (the loads' issue took ~2 600 SM cycles, of which the part after the kernel before has ended is
-// on the critical path: bench/RESULTS.md, twenty-sixth session). The same values, read after the
-// wait: the same bits.
-template <int TYPE, bool PROBE, bool SPREAD = false, bool STAGED = false>
+template <int TYPE, bool PROBE, bool SPREAD = false>
 __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, const WeightRef& w, int E, int e0,
                                                      int n4, unsigned* copied, float* lg, ChainProbe<PROBE>& probe,
-                                                     const SpreadChain& sp = {}, int blk = 0, int routers = 1,
-                                                     float4* staged = nullptr) {
-  static_assert(SPREAD || !STAGED, "STAGED: spread form only");
+                                                     const SpreadChain& sp = {}, int blk = 0, int routers = 1) {
   __shared__ float part[kDirectSums][kChainWarps];
   __shared__ float tot[kDirectSums];
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
@@ -463,29 +454,19 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
   // (not each group of kRouterThreads over it), so each thread loads kChainVec float4s of x and
   // of a after the wait.
   float4 wv[kRouterGroups][kChainVec], wr4[kChainVec], wa4[kChainVec];
-  // Bulk copies need compute capability 9.0: the portable PTX build's STAGED instances load as the
-  // others do.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr bool kBulk = STAGED;
-  __shared__ unsigned long long staged_bar;
-  if constexpr (kBulk) {
-    if (t == 0) {
-      const uint32_t row = static_cast<uint32_t>(w.row_bytes), vec = static_cast<uint32_t>(n4) * 16u;
-      const int rows = min(kRouterGroups, E - e0);
-      mbar_init_expect(&staged_bar, rows * row + (d.wr ? vec : 0u) + (d.wa ? vec : 0u));
-      for (int g = 0; g < rows; ++g)
-        bulk_copy_to_shared(staged + g * n4, w.data + static_cast<size_t>(e0 + g) * w.row_bytes, row, &staged_bar);
-      if (d.wr) bulk_copy_to_shared(staged + kRouterGroups * n4, d.wr, vec, &staged_bar);
-      if (d.wa) bulk_copy_to_shared(staged + (kRouterGroups + 1) * n4, d.wa, vec, &staged_bar);
+#pragma unroll
+  for (int c = 0; c < kChainVec; ++c) {
+    const int j = t + kChainThreads * c;
+    const bool in = j < n4;
+    wr4[c] = in && d.wr ? reinterpret_cast<const float4*>(d.wr)[j] : one;
+    wa4[c] = in && d.wa ? reinterpret_cast<const float4*>(d.wa)[j] : one;
+#pragma unroll
+    for (int g = 0; g < kRouterGroups; ++g) {
+      const int e = e0 + g;
+      wv[g][c] = in && e < E ? router_row4<TYPE>(w.data + static_cast<size_t>(e) * w.row_bytes, j, w.K, d.rows_vec)
+                             : zero;
     }
-    __syncthreads();  // the barrier initialised before any thread waits on it
   }
-#else
-  constexpr bool kBulk = false;
-#endif
-  if constexpr (!kBulk)
-    direct_weights<TYPE>(d, w, E, e0, n4, w.data, e0, w.row_bytes,
-                         reinterpret_cast<const float4*>(d.wr), reinterpret_cast<const float4*>(d.wa), wv, wr4, wa4);
   SpreadPart slice{-1};  // SPREAD: this thread's float4 of the first pass
   const bool slicer = SPREAD && t >= 32;
   if constexpr (SPREAD) {
@@ -508,13 +489,6 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
     xs[c] = __ldcg(reinterpret_cast<const float4*>(d.x) + j);  // written by the kernel before
     as[c] = __ldcg(reinterpret_cast<const float4*>(d.a) + j);
   }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if constexpr (kBulk) {  // rows of n4 float4s in their slots (a half row fills half its slot)
-    mbar_wait_phase0(&staged_bar);
-    direct_weights<TYPE>(d, w, E, e0, n4, reinterpret_cast<const mb_u8*>(staged), 0, static_cast<size_t>(n4) * 16,
-                         staged + kRouterGroups * n4, staged + (kRouterGroups + 1) * n4, wv, wr4, wa4);
-  }
-#endif
   if constexpr (PROBE) {  // when each kind of load lands (thread 0's)
     probe.stamp_after(kStageXA, xs[0].x + as[0].x + xs[kChainVec - 1].w + as[kChainVec - 1].w);
     probe.stamp_after(kStageNormW, wr4[0].x + wa4[0].x + wr4[kChainVec - 1].w + wa4[kChainVec - 1].w);
@@ -641,14 +615,14 @@ __device__ __forceinline__ void router_finish(const RouterArgs& r, const float* 
 // PROBE: chain_probe.cuh's stamps (block 0 and the last router block). DIRECT: the router blocks
 // in direct form (d), else they replay rp. SPREAD (with DIRECT): no chain blocks (chains == 0);
 // the router blocks write the chain's rows (sp).
-template <int TYPE, bool PROBE = false, bool DIRECT = false, bool SPREAD = false, bool STAGED = false>
+template <int TYPE, bool PROBE = false, bool DIRECT = false, bool SPREAD = false>
 __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __grid_constant__ ChainPlan p,
                                                                      const __grid_constant__ ChainPlan rp,
                                                                      int rn_slot, int chains, RouterArgs r,
                                                                      unsigned* copied, RouterDirect d,
                                                                      SpreadChain sp) {
   static_assert(DIRECT || !SPREAD, "the spread form needs the direct form's sums");
-  extern __shared__ float4 sm[];  // p.slots rows of p.n4 float4s (rp has fewer); STAGED: the router rows
+  extern __shared__ float4 sm[];  // p.slots rows of p.n4 float4s (rp has fewer)
   __shared__ float part[kChainWarps];
   __shared__ float lg[kRouterGroups];
   ChainProbe<PROBE> probe;
@@ -696,8 +670,7 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
   if constexpr (SPREAD) {
     // Warp 0 goes on to store the logits and count as soon as they are in lg; warps 1 .. write the
     // block's share of the chain's rows first, and join router_finish's barrier after.
-    direct_router_logits<TYPE, PROBE, true, STAGED>(d, w, E, e0, rp.n4, nullptr, lg, probe, sp, blk,
-                                                    static_cast<int>(routers), sm);
+    direct_router_logits<TYPE, PROBE, true>(d, w, E, e0, rp.n4, nullptr, lg, probe, sp, blk, static_cast<int>(routers));
     router_finish(r, lg, e0, routers, sc, sc_early, rp.c.count, kProbeRouterDirect, probe);
     return;
   } else if constexpr (DIRECT) {
@@ -1375,7 +1348,7 @@ RouterDirect chain_direct_form(const ChainPlan& rp) {
   if (!a_first && o[1].b != o[0].out) return d;
   const float* x = a_first ? o[1].b : o[1].a;
   if (x == o[0].out || x == o[0].a) return d;
-  return RouterDirect{o[0].a, o[0].w, x, o[2].w, o[0].f, o[2].f, true};
+  return RouterDirect{o[0].a, o[0].w, x, o[2].w, o[0].f, o[2].f, true, false};
 }
 
 // The spread form of c0 (SpreadChain: on where .norms > 0) when the direct form d is on and c0 is
@@ -1465,24 +1438,20 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
     if (on) std::fprintf(stderr, "[cuda] MARKBASE_CUDA_PROBE_NO_ROUTER=1: MoE layers are not routed (timing only)\n");
     return on;
   }();
-  const RouterDirect d = direct ? chain_direct_form(rp) : RouterDirect{};
+  RouterDirect d = direct ? chain_direct_form(rp) : RouterDirect{};
+  // A/B switch: MARKBASE_CUDA_ROUTER_VEC_ROWS=0 loads the direct form's router rows element by
+  // element even where they are aligned for whole float4 loads (router_row4).
+  static const bool vec_rows = env_flag("MARKBASE_CUDA_ROUTER_VEC_ROWS", true);
+  const size_t row_align = w.type == MB_F32 ? 16 : 8;
+  d.rows_vec = vec_rows && w.K % 4 == 0 && w.row_bytes % row_align == 0 &&
+               reinterpret_cast<uintptr_t>(w.data) % row_align == 0;
   // (the spread form has no chain blocks to launch alone)
   const SpreadChain sp = spread && !no_router ? chain_spread_form(c0, d) : SpreadChain{};
   const bool spreads = sp.norms > 0;
   const int chains = spreads ? 0 : split ? chain_split_tail(p) : 1;
   p.held = spreads ? 0u : chain_holds(p, rp, chains);
-  // A/B switch: MARKBASE_CUDA_ROUTER_STAGED=1: the spread form's router blocks take their router
-  // rows and norm weights by bulk copies into shared memory (direct_router_logits' STAGED), where
-  // the rows allow (16-byte multiples and addresses, as the copies need).
-  static const bool staged_on = env_flag("MARKBASE_CUDA_ROUTER_STAGED", false);
-  auto aligned16 = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15) == 0; };
-  const size_t staged_bytes = static_cast<size_t>(kRouterGroups + 2) * rp.n4 * 16;
-  const bool staged = staged_on && spreads && w.row_bytes % 16 == 0 && aligned16(w.data) &&
-                      (!d.wr || aligned16(d.wr)) && (!d.wa || aligned16(d.wa)) && staged_bytes <= kChainSmem;
-  // block 0's rows, or rp's; the spread form's blocks keep theirs in registers, or stage them
-  const size_t smem = staged    ? staged_bytes
-                      : spreads ? 0
-                                : static_cast<size_t>(std::max(p.slots, rp.slots)) * p.n4 * 16;
+  // block 0's rows, or rp's (the spread form's blocks keep theirs in registers)
+  const size_t smem = spreads ? 0 : static_cast<size_t>(std::max(p.slots, rp.slots)) * p.n4 * 16;
   const int grid = chains + (no_router ? 0 : (E + kRouterGroups - 1) / kRouterGroups);
   const bool polled = poll && E <= kChainPollExperts && k <= 32;
   // A/B switch: MARKBASE_CUDA_CHAIN_ROUTER_LATE_TRIGGER=1 starts the next launch (the experts'
@@ -1497,19 +1466,16 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
     return 1;
   };
   // Float routers only (GGUF files keep the router in F32, Hugging Face directories in BF16).
-  auto typed = [&](auto probe, auto direct, auto spread_form, auto staged_form) {
+  auto typed = [&](auto probe, auto direct, auto spread_form) {
     constexpr bool P = decltype(probe)::value, D = decltype(direct)::value, S = decltype(spread_form)::value;
-    constexpr bool St = decltype(staged_form)::value;
-    if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32, P, D, S, St>);
-    if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16, P, D, S, St>);
-    return launch(chain_router_kernel<MB_BF16, P, D, S, St>);
+    if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32, P, D, S>);
+    if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16, P, D, S>);
+    return launch(chain_router_kernel<MB_BF16, P, D, S>);
   };
   using Yes = std::true_type;
   using No = std::false_type;
   auto forms = [&](auto probe) {
-    if (staged) return typed(probe, Yes{}, Yes{}, Yes{});
-    return spreads ? typed(probe, Yes{}, Yes{}, No{}) : d.on ? typed(probe, Yes{}, No{}, No{})
-                                                        : typed(probe, No{}, No{}, No{});
+    return spreads ? typed(probe, Yes{}, Yes{}) : d.on ? typed(probe, Yes{}, No{}) : typed(probe, No{}, No{});
   };
   return chain_probe() ? forms(Yes{}) : forms(No{});
 }

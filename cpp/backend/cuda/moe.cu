@@ -329,6 +329,7 @@ struct RouterDirect {
   float eps_a, eps_r;
   bool on;          // false: the router blocks replay the chain's ops instead
   bool rows_vec;    // the router rows' float4s load whole (router_row4)
+  bool fold_sums;   // the warps' sums by warp_fold_sums (A/B switch MARKBASE_CUDA_ROUTER_FOLD_SUMS=1)
 };
 
 // Float4 j of a float router row. rows_vec (the launcher checked the rows' alignment: 16 bytes for
@@ -351,6 +352,27 @@ __device__ __forceinline__ float4 router_row4(const mb_u8* row, int j, int K, bo
   return w4<TYPE>(row, 4 * j, K);
 }
 constexpr int kDirectSums = 4 + 2 * kRouterGroups;
+constexpr int kFoldSums = 16;  // kDirectSums rounded up to a power of two
+static_assert(kDirectSums <= kFoldSums, "warp_fold_sums: one value per pair of lanes");
+
+// The warp's sums of kFoldSums values at once (RouterDirect::fold_sums): at each step a lane
+// keeps half of its values and takes its partner's partial sums of them, so 8 + 4 + 2 + 1 + 1
+// shuffles instead of 5 per value (80). Lane l ends with the total of value (l >> 1) in v[0],
+// which it returns.
+__device__ __forceinline__ int warp_fold_sums(float (&v)[kFoldSums]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int m = kFoldSums / 2, off = 16; m >= 1; m /= 2, off /= 2) {
+    const bool up = (lane & off) != 0;
+#pragma unroll
+    for (int i = 0; i < m; ++i) {
+      const float keep = up ? v[m + i] : v[i], give = up ? v[i] : v[m + i];
+      v[i] = keep + __shfl_xor_sync(0xffffffffu, give, off);
+    }
+  }
+  v[0] += __shfl_xor_sync(0xffffffffu, v[0], 1);
+  return lane >> 1;
+}
 // The direct form's two scales from the block's sums tot (n: the row's length): r_a, and sum(h^2).
 struct DirectScales {
   float ra, hh;
@@ -460,13 +482,23 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
     const bool in = j < n4;
     wr4[c] = in && d.wr ? reinterpret_cast<const float4*>(d.wr)[j] : one;
     wa4[c] = in && d.wa ? reinterpret_cast<const float4*>(d.wa)[j] : one;
-#pragma unroll
-    for (int g = 0; g < kRouterGroups; ++g) {
-      const int e = e0 + g;
-      wv[g][c] = in && e < E ? router_row4<TYPE>(w.data + static_cast<size_t>(e) * w.row_bytes, j, w.K, d.rows_vec)
-                             : zero;
-    }
   }
+  // The rows' loads in one branch-free run, clamped to the last row and float4: per-load bounds
+  // checks made a branch around each. Not zeroed here, which would hold the block until they
+  // land: a float4 past the row meets zeros of x and a (its product adds nothing), and a row past
+  // the last expert gives a logit that is not stored.
+  auto rows = [&](auto vec) {
+#pragma unroll
+    for (int c = 0; c < kChainVec; ++c) {
+      const int j = min(t + kChainThreads * c, n4 - 1);
+#pragma unroll
+      for (int g = 0; g < kRouterGroups; ++g)
+        wv[g][c] = router_row4<TYPE>(w.data + static_cast<size_t>(min(e0 + g, E - 1)) * w.row_bytes, j, w.K,
+                                     decltype(vec)::value);
+    }
+  };
+  if (d.rows_vec) rows(std::true_type{});
+  else rows(std::false_type{});
   SpreadPart slice{-1};  // SPREAD: this thread's float4 of the first pass
   const bool slicer = SPREAD && t >= 32;
   if constexpr (SPREAD) {
@@ -481,13 +513,21 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
   float sum[kDirectSums] = {};
   float4 xr[kChainVec], yr[kChainVec];  // wr x, wr y
   float4 xs[kChainVec], as[kChainVec];
+  // Every load at once, from a clamped index (a float4 past the row reads the row's last and
+  // counts as zero): skipping a thread's loads past the row put its second pair behind a branch,
+  // after the first pair's arithmetic, a second L2 round trip after the wait (twenty-seventh
+  // session, SASS).
 #pragma unroll
   for (int c = 0; c < kChainVec; ++c) {
-    const int j = t + kChainThreads * c;
-    xs[c] = as[c] = zero;
-    if (j >= n4) continue;
+    const int j = min(t + kChainThreads * c, n4 - 1);
     xs[c] = __ldcg(reinterpret_cast<const float4*>(d.x) + j);  // written by the kernel before
     as[c] = __ldcg(reinterpret_cast<const float4*>(d.a) + j);
+  }
+#pragma unroll
+  for (int c = 0; c < kChainVec; ++c) {
+    const bool in = t + kChainThreads * c < n4;
+    xs[c] = in ? xs[c] : zero;
+    as[c] = in ? as[c] : zero;
   }
   if constexpr (PROBE) {  // when each kind of load lands (thread 0's)
     probe.stamp_after(kStageXA, xs[0].x + as[0].x + xs[kChainVec - 1].w + as[kChainVec - 1].w);
@@ -498,10 +538,7 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
     probe.stamp_after(kStageRows, r);
   }
 #pragma unroll
-  for (int c = 0; c < kChainVec; ++c) {
-    const int j = t + kChainThreads * c;
-    xr[c] = yr[c] = zero;
-    if (j >= n4) continue;
+  for (int c = 0; c < kChainVec; ++c) {  // past the row: zeros, which add nothing
     const float4 x = xs[c], a = as[c];
     const float4 y = mul4(wa4[c], a);
     sum[0] += dot4(a, a);
@@ -526,10 +563,18 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
       sum[5 + 2 * g] += dot4(wv[g][c], yr[c]);
     }
   }
+  if (d.fold_sums) {
+    float f[kFoldSums];
 #pragma unroll
-  for (int v = 0; v < kDirectSums; ++v) {
-    const float r = warp_sum(sum[v]);
-    if (lane == 0) part[v][warp] = r;
+    for (int v = 0; v < kFoldSums; ++v) f[v] = v < kDirectSums ? sum[v] : 0.0f;
+    const int v = warp_fold_sums(f);
+    if ((lane & 1) == 0 && v < kDirectSums) part[v][warp] = f[0];
+  } else {
+#pragma unroll
+    for (int v = 0; v < kDirectSums; ++v) {
+      const float r = warp_sum(sum[v]);
+      if (lane == 0) part[v][warp] = r;
+    }
   }
   __syncthreads();
   if (t < kDirectSums) {
@@ -1348,7 +1393,7 @@ RouterDirect chain_direct_form(const ChainPlan& rp) {
   if (!a_first && o[1].b != o[0].out) return d;
   const float* x = a_first ? o[1].b : o[1].a;
   if (x == o[0].out || x == o[0].a) return d;
-  return RouterDirect{o[0].a, o[0].w, x, o[2].w, o[0].f, o[2].f, true, false};
+  return RouterDirect{o[0].a, o[0].w, x, o[2].w, o[0].f, o[2].f, true, false, false};
 }
 
 // The spread form of c0 (SpreadChain: on where .norms > 0) when the direct form d is on and c0 is
@@ -1443,6 +1488,8 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
   // element even where they are aligned for whole float4 loads (router_row4).
   static const bool vec_rows = env_flag("MARKBASE_CUDA_ROUTER_VEC_ROWS", true);
   const size_t row_align = w.type == MB_F32 ? 16 : 8;
+  static const bool fold_sums = env_flag("MARKBASE_CUDA_ROUTER_FOLD_SUMS", false);
+  d.fold_sums = fold_sums;
   d.rows_vec = vec_rows && w.K % 4 == 0 && w.row_bytes % row_align == 0 &&
                reinterpret_cast<uintptr_t>(w.data) % row_align == 0;
   // (the spread form has no chain blocks to launch alone)

@@ -569,20 +569,6 @@ def test_chain_router_spread(need_cuda, tmp_path, qtype, narrow):
 
 
 @pytest.mark.parametrize("qtype,narrow", [("q4_0", False), ("q8_0", True)], ids=["q4_0", "q8_0-narrow"])
-def test_router_fold_sums(need_cuda, tmp_path, qtype, narrow):
-    """MARKBASE_CUDA_ROUTER_FOLD_SUMS=1 (an A/B switch): the direct form's warps reduce their 12
-    sums together (warp_fold_sums), in another order: the default's values to rounding
-    (_close_to_variant's bounds, default and precise mode)."""
-    path, summary, rng = _synthetic(tmp_path, f"26b-fold-{qtype}", preset="26b-a4b", layers=2, vocab=4096,
-                                    qtype=qtype, narrow=narrow)
-    ids = _ids(summary, 12, rng)
-    try:
-        _close_to_variant(path, ids, {"MARKBASE_CUDA_ROUTER_FOLD_SUMS": "1"}, tmp_path)
-    finally:
-        path.unlink(missing_ok=True)
-
-
-@pytest.mark.parametrize("qtype,narrow", [("q4_0", False), ("q8_0", True)], ids=["q4_0", "q8_0-narrow"])
 def test_router_vec_rows_bit_identical(need_cuda, tiny_models, tmp_path, qtype, narrow):
     """The direct form's router blocks load aligned float router rows a whole float4 at a time
     (router_row4); MARKBASE_CUDA_ROUTER_VEC_ROWS=0 (an A/B switch) loads them element by element.

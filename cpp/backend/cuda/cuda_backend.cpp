@@ -38,8 +38,6 @@
 //    router blocks writing the chain's rows (moe.cu's SpreadChain; the same values to rounding).
 //    MARKBASE_CUDA_ROUTER_VEC_ROWS=0: the direct form's router rows loaded element by element, not
 //    a float4 at a time where aligned (moe.cu's router_row4; bit-identical).
-//    MARKBASE_CUDA_ROUTER_FOLD_SUMS=1: the direct form's warps reduce their sums together
-//    (moe.cu's warp_fold_sums; the same values to rounding).
 //    MARKBASE_CUDA_PROBE_NO_ROUTER=1 (timing only, wrong results): chain_router without its router
 //    blocks.
 #include <cuda_runtime.h>

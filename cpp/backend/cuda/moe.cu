@@ -329,7 +329,6 @@ struct RouterDirect {
   float eps_a, eps_r;
   bool on;          // false: the router blocks replay the chain's ops instead
   bool rows_vec;    // the router rows' float4s load whole (router_row4)
-  bool fold_sums;   // the warps' sums by warp_fold_sums (A/B switch MARKBASE_CUDA_ROUTER_FOLD_SUMS=1)
 };
 
 // Float4 j of a float router row. rows_vec (the launcher checked the rows' alignment: 16 bytes for
@@ -352,27 +351,6 @@ __device__ __forceinline__ float4 router_row4(const mb_u8* row, int j, int K, bo
   return w4<TYPE>(row, 4 * j, K);
 }
 constexpr int kDirectSums = 4 + 2 * kRouterGroups;
-constexpr int kFoldSums = 16;  // kDirectSums rounded up to a power of two
-static_assert(kDirectSums <= kFoldSums, "warp_fold_sums: one value per pair of lanes");
-
-// The warp's sums of kFoldSums values at once (RouterDirect::fold_sums): at each step a lane
-// keeps half of its values and takes its partner's partial sums of them, so 8 + 4 + 2 + 1 + 1
-// shuffles instead of 5 per value (80). Lane l ends with the total of value (l >> 1) in v[0],
-// which it returns.
-__device__ __forceinline__ int warp_fold_sums(float (&v)[kFoldSums]) {
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int m = kFoldSums / 2, off = 16; m >= 1; m /= 2, off /= 2) {
-    const bool up = (lane & off) != 0;
-#pragma unroll
-    for (int i = 0; i < m; ++i) {
-      const float keep = up ? v[m + i] : v[i], give = up ? v[i] : v[m + i];
-      v[i] = keep + __shfl_xor_sync(0xffffffffu, give, off);
-    }
-  }
-  v[0] += __shfl_xor_sync(0xffffffffu, v[0], 1);
-  return lane >> 1;
-}
 // The direct form's two scales from the block's sums tot (n: the row's length): r_a, and sum(h^2).
 struct DirectScales {
   float ra, hh;
@@ -563,18 +541,10 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
       sum[5 + 2 * g] += dot4(wv[g][c], yr[c]);
     }
   }
-  if (d.fold_sums) {
-    float f[kFoldSums];
 #pragma unroll
-    for (int v = 0; v < kFoldSums; ++v) f[v] = v < kDirectSums ? sum[v] : 0.0f;
-    const int v = warp_fold_sums(f);
-    if ((lane & 1) == 0 && v < kDirectSums) part[v][warp] = f[0];
-  } else {
-#pragma unroll
-    for (int v = 0; v < kDirectSums; ++v) {
-      const float r = warp_sum(sum[v]);
-      if (lane == 0) part[v][warp] = r;
-    }
+  for (int v = 0; v < kDirectSums; ++v) {
+    const float r = warp_sum(sum[v]);
+    if (lane == 0) part[v][warp] = r;
   }
   __syncthreads();
   if (t < kDirectSums) {
@@ -1393,7 +1363,7 @@ RouterDirect chain_direct_form(const ChainPlan& rp) {
   if (!a_first && o[1].b != o[0].out) return d;
   const float* x = a_first ? o[1].b : o[1].a;
   if (x == o[0].out || x == o[0].a) return d;
-  return RouterDirect{o[0].a, o[0].w, x, o[2].w, o[0].f, o[2].f, true, false, false};
+  return RouterDirect{o[0].a, o[0].w, x, o[2].w, o[0].f, o[2].f, true, false};
 }
 
 // The spread form of c0 (SpreadChain: on where .norms > 0) when the direct form d is on and c0 is
@@ -1488,8 +1458,6 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
   // element even where they are aligned for whole float4 loads (router_row4).
   static const bool vec_rows = env_flag("MARKBASE_CUDA_ROUTER_VEC_ROWS", true);
   const size_t row_align = w.type == MB_F32 ? 16 : 8;
-  static const bool fold_sums = env_flag("MARKBASE_CUDA_ROUTER_FOLD_SUMS", false);
-  d.fold_sums = fold_sums;
   d.rows_vec = vec_rows && w.K % 4 == 0 && w.row_bytes % row_align == 0 &&
                reinterpret_cast<uintptr_t>(w.data) % row_align == 0;
   // (the spread form has no chain blocks to launch alone)

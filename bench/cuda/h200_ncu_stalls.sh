@@ -4,6 +4,9 @@
 # chain in the chain+router launch (moe.cu's chain_router_kernel, with and without its router
 # blocks) with the same chains in the row-chain kernel (norm_rope.cu's fused_chain_kernel).
 #   bash bench/cuda/h200_ncu_stalls.sh          (the H200: ~3 min; output to $OUT/ncu_stalls.txt)
+#   SOURCE=1 bash bench/cuda/h200_ncu_stalls.sh (also: the chain+router launch's warp-state samples
+#     per SASS instruction, $OUT/router_source.csv: which instructions of its router blocks stall, and
+#     on what; the default form is the spread one, so these are router blocks only. Not yet run.)
 # Kernels are profiled one at a time (ncu serializes them), so the programmatic wait costs
 # nothing here: the figures are each kernel's own execution, not its place in the token's chain.
 set -u
@@ -30,4 +33,11 @@ run "MoE second chain, row-chain kernel (fused)" fused_chain_kernel 4
 run "MoE first chain in the row-chain kernel (CHAIN_ROUTER=0; fused)" fused_chain_kernel 8 MARKBASE_CUDA_CHAIN_ROUTER=0
 run "MoE first chain, general loop in the row-chain kernel (CHAIN_ROUTER=0, CHAIN_FUSED=0)" row_chain_kernel 8 \
   MARKBASE_CUDA_CHAIN_ROUTER=0 MARKBASE_CUDA_CHAIN_FUSED=0
+if [ "${SOURCE:-0}" = 1 ]; then
+  env MARKBASE_CUDA_GRAPH=0 timeout 120 $NCU --clock-control none --cache-control none --section SourceCounters \
+    --section WarpStateStats -k regex:chain_router_kernel --launch-skip 4 -c 1 -f -o /tmp/router_src $B \
+    --model $M/g4-26b-4L.gguf --backend cuda --prompt-tokens 64 --gen-tokens 4 --repeats 1 > "$OUT/router_src.log" 2>&1
+  $NCU -i /tmp/router_src.ncu-rep --page source --csv --print-source sass > "$OUT/router_source.csv" 2>>"$OUT/router_src.log"
+  $NCU -i /tmp/router_src.ncu-rep --page details --section WarpStateStats >> "$R" 2>&1
+fi
 cat "$R"

@@ -343,9 +343,11 @@ __device__ __forceinline__ float4 router_row4(const mb_u8* row, int j, int K, bo
       return __ldg(reinterpret_cast<const float4*>(row) + j);
     } else {
       const uint2 h = __ldg(reinterpret_cast<const uint2*>(row) + j);
-      auto lo = [](mb_u32 u) { return TYPE == MB_BF16 ? __uint_as_float(u << 16) : __half2float(__ushort_as_half(static_cast<unsigned short>(u & 0xffffu))); };
-      auto hi = [](mb_u32 u) { return TYPE == MB_BF16 ? __uint_as_float(u & 0xffff0000u) : __half2float(__ushort_as_half(static_cast<unsigned short>(u >> 16))); };
-      return make_float4(lo(h.x), hi(h.x), lo(h.y), hi(h.y));
+      auto f = [](mb_u32 bits) {  // dequant.h's decoding of one half
+        const mb_u16 v = static_cast<mb_u16>(bits);
+        return TYPE == MB_BF16 ? mb_bf16_bits(v) : mb_half_bits(v);
+      };
+      return make_float4(f(h.x), f(h.x >> 16), f(h.y), f(h.y >> 16));
     }
   }
   return w4<TYPE>(row, 4 * j, K);

@@ -5,8 +5,10 @@
 # blocks) with the same chains in the row-chain kernel (norm_rope.cu's fused_chain_kernel).
 #   bash bench/cuda/h200_ncu_stalls.sh          (the H200: ~3 min; output to $OUT/ncu_stalls.txt)
 #   SOURCE=1 bash bench/cuda/h200_ncu_stalls.sh (also: the chain+router launch's warp-state samples
-#     per SASS instruction, $OUT/router_source.csv: which instructions of its router blocks stall, and
-#     on what; the default form is the spread one, so these are router blocks only. Not yet run.)
+#     per SASS instruction, $OUT/router_source.csv.gz: which instructions of its router blocks stall, and
+#     on what; the default form is the spread one, so these are router blocks only; and the same for
+#     the MoE layer's second chain, $OUT/chain2_source.csv.gz; read with bench/cuda/ncu_source_summary.py).
+#     STALLS=0: only those.
 # Kernels are profiled one at a time (ncu serializes them), so the programmatic wait costs
 # nothing here: the figures are each kernel's own execution, not its place in the token's chain.
 set -u
@@ -27,17 +29,25 @@ run() {  # run LABEL KERNEL_REGEX SKIP [env...]: one launch, in the second decod
     --gen-tokens 4 --repeats 1 2>&1 | grep -E "^  [a-z_]+.*\(|gpu__time|sm__cycles|inst_executed|stalled|==ERROR|==WARNING" \
     >> "$R"
 }
+if [ "${STALLS:-1}" = 1 ]; then
 run "MoE chain+router launch (router blocks beside the chain)" chain_router_kernel 4
 run "MoE chain+router launch, chain blocks only (PROBE_NO_ROUTER)" chain_router_kernel 4 MARKBASE_CUDA_PROBE_NO_ROUTER=1
 run "MoE second chain, row-chain kernel (fused)" fused_chain_kernel 4
 run "MoE first chain in the row-chain kernel (CHAIN_ROUTER=0; fused)" fused_chain_kernel 8 MARKBASE_CUDA_CHAIN_ROUTER=0
 run "MoE first chain, general loop in the row-chain kernel (CHAIN_ROUTER=0, CHAIN_FUSED=0)" row_chain_kernel 8 \
   MARKBASE_CUDA_CHAIN_ROUTER=0 MARKBASE_CUDA_CHAIN_FUSED=0
-if [ "${SOURCE:-0}" = 1 ]; then
+fi
+# source_samples KERNEL_REGEX NAME: 8 launches' warp-state samples (one every 32 cycles) per SASS instruction, $OUT/NAME_source.csv.gz
+source_samples() {
   env MARKBASE_CUDA_GRAPH=0 timeout 120 $NCU --clock-control none --cache-control none --section SourceCounters \
-    --section WarpStateStats -k regex:chain_router_kernel --launch-skip 4 -c 1 -f -o /tmp/router_src $B \
-    --model $M/g4-26b-4L.gguf --backend cuda --prompt-tokens 64 --gen-tokens 4 --repeats 1 > "$OUT/router_src.log" 2>&1
-  $NCU -i /tmp/router_src.ncu-rep --page source --csv --print-source sass > "$OUT/router_source.csv" 2>>"$OUT/router_src.log"
-  $NCU -i /tmp/router_src.ncu-rep --page details --section WarpStateStats >> "$R" 2>&1
+    --section WarpStateStats --warp-sampling-interval 0 -k "regex:$1" --launch-skip 4 -c 8 -f -o /tmp/$2_src $B \
+    --model $M/g4-26b-4L.gguf --backend cuda --prompt-tokens 64 --gen-tokens 6 --repeats 1 > "$OUT/$2_src.log" 2>&1
+  $NCU -i /tmp/$2_src.ncu-rep --page source --csv --print-source sass 2>>"$OUT/$2_src.log" | gzip > "$OUT/$2_source.csv.gz"
+  echo "== $2: warp states" >> "$R"
+  $NCU -i /tmp/$2_src.ncu-rep --page details --section WarpStateStats >> "$R" 2>&1
+}
+if [ "${SOURCE:-0}" = 1 ]; then
+  source_samples chain_router_kernel router
+  source_samples fused_chain_kernel chain2  # the MoE layer's second chain (norms of both feed-forwards)
 fi
 cat "$R"

@@ -28,13 +28,14 @@ __device__ __forceinline__ void pdl_trigger() {
 // global timer (ns) as it passes pdl_wait(), i.e. when the kernels before it have finished, so the
 // difference of consecutive stamps is a kernel's time on the critical path with programmatic
 // launch on (the profile mode's events turn that off). Buffer: [0] the count, then the stamps.
-// The pointer is a constant of each translation unit (no relocatable device code; constant memory,
-// so that the check costs block 0 a constant-cache read, not a global load, when tracing is off):
-// each .cu file exports its setter through MB_TRACE_ATTACH.
-static __constant__ unsigned long long* mb_trace_buf = nullptr;
-__device__ __forceinline__ void trace_stamp() {
-  if ((threadIdx.x | blockIdx.x | blockIdx.y | blockIdx.z) != 0) return;
-  unsigned long long* b = mb_trace_buf;
+// The pointer is a global of each translation unit (no relocatable device code), read by that one
+// thread only, before the wait; each .cu file exports its setter through MB_TRACE_ATTACH. It was
+// a __constant__ read after the wait, which ptxas hoisted above the thread test and the wait into
+// every warp of every block: each stalled on a constant-cache miss for it before its wait (ncu's
+// source counters, H200: ~3 % of the MoE router launch's warp samples, ~5 % of a row chain's;
+// bench/RESULTS.md, twenty-eighth session). A global load is not speculated that way.
+static __device__ unsigned long long* mb_trace_buf = nullptr;
+__device__ __forceinline__ void trace_stamp(unsigned long long* b) {
   if (!b) return;
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -45,10 +46,13 @@ __device__ __forceinline__ void trace_stamp() {
   void name(unsigned long long* buf) { cudaMemcpyToSymbol(mb_trace_buf, &buf, sizeof(buf)); }
 
 __device__ __forceinline__ void pdl_wait() {
+  unsigned long long* b = nullptr;
+  if ((threadIdx.x | blockIdx.x | blockIdx.y | blockIdx.z) == 0)
+    b = reinterpret_cast<unsigned long long*>(__ldg(reinterpret_cast<const unsigned long long*>(&mb_trace_buf)));
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-  trace_stamp();
+  trace_stamp(b);
 }
 // Both at a kernel's entry (kernels that read no weights ahead of their inputs).
 __device__ __forceinline__ void pdl_entry() {

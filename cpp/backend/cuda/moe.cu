@@ -632,12 +632,16 @@ __device__ __forceinline__ void router_finish(const RouterArgs& r, const float* 
 // PROBE: chain_probe.cuh's stamps (block 0 and the last router block). DIRECT: the router blocks
 // in direct form (d), else they replay rp. SPREAD (with DIRECT): no chain blocks (chains == 0);
 // the router blocks write the chain's rows (sp).
+// The parameters in the order the spread form first reads them, the chain plans (~1.7 KB, which it
+// reads nothing of) last: each 128-byte line of parameters first read by a block stalls it on a
+// constant-cache miss, and with the plans first the spread form's reads fell on ~8 lines from
+// 0x738 on (ncu's source counters; bench/RESULTS.md, twenty-eighth session). n4: rp.n4.
 template <int TYPE, bool PROBE = false, bool DIRECT = false, bool SPREAD = false>
-__global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __grid_constant__ ChainPlan p,
-                                                                     const __grid_constant__ ChainPlan rp,
-                                                                     int rn_slot, int chains, RouterArgs r,
-                                                                     unsigned* copied, RouterDirect d,
-                                                                     SpreadChain sp) {
+__global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(RouterArgs r, RouterDirect d, SpreadChain sp,
+                                                                     int n4, int rn_slot, int chains,
+                                                                     unsigned* copied,
+                                                                     const __grid_constant__ ChainPlan p,
+                                                                     const __grid_constant__ ChainPlan rp) {
   static_assert(DIRECT || !SPREAD, "the spread form needs the direct form's sums");
   extern __shared__ float4 sm[];  // p.slots rows of p.n4 float4s (rp has fewer)
   __shared__ float part[kChainWarps];
@@ -687,11 +691,11 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(const __
   if constexpr (SPREAD) {
     // Warp 0 goes on to store the logits and count as soon as they are in lg; warps 1 .. write the
     // block's share of the chain's rows first, and join router_finish's barrier after.
-    direct_router_logits<TYPE, PROBE, true>(d, w, E, e0, rp.n4, nullptr, lg, probe, sp, blk, static_cast<int>(routers));
+    direct_router_logits<TYPE, PROBE, true>(d, w, E, e0, n4, nullptr, lg, probe, sp, blk, static_cast<int>(routers));
     router_finish(r, lg, e0, routers, sc, sc_early, rp.c.count, kProbeRouterDirect, probe);
     return;
   } else if constexpr (DIRECT) {
-    direct_router_logits<TYPE>(d, w, E, e0, rp.n4, hold ? copied : nullptr, lg, probe);
+    direct_router_logits<TYPE>(d, w, E, e0, n4, hold ? copied : nullptr, lg, probe);
   } else {
     const int grp = threadIdx.x / kRouterThreads, gt = threadIdx.x % kRouterThreads, lane = threadIdx.x & 31;
     const int e = e0 + grp;
@@ -1479,7 +1483,7 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
                      polled ? poll : nullptr, late};
   auto launch = [&](auto kernel) {
     allow_chain_smem(reinterpret_cast<const void*>(kernel), smem);
-    enqueue(kernel, grid, kChainThreads, smem, s, p, rp, rn_slot, chains, r, counters + 1, d, sp);
+    enqueue(kernel, grid, kChainThreads, smem, s, r, d, sp, rp.n4, rn_slot, chains, counters + 1, p, rp);
     return 1;
   };
   // Float routers only (GGUF files keep the router in F32, Hugging Face directories in BF16).

@@ -54,6 +54,27 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
   trace_stamp(b);
 }
+// Reads a word of each 128-byte line that the kernel parameter p (a __grid_constant__ one: read in
+// place, not copied) spans, together, so that the constant cache misses on them overlap here (before
+// the programmatic wait) instead of one at a time at each first use after it, where each lies on
+// the token's critical path (ncu's source counters, H200: a miss stalled a warp ~500 cycles;
+// bench/RESULTS.md, twenty-eighth session).
+template <class T>
+__device__ __forceinline__ void touch_param_lines(const T& p) {
+  constexpr int kLines = (static_cast<int>(sizeof(T)) + 127) / 128 + 1;  // p need not start a line
+  const unsigned* w = reinterpret_cast<const unsigned*>(&p);
+  unsigned v[kLines];
+#pragma unroll
+  for (int i = 0; i < kLines; ++i) v[i] = w[min(i * 32, static_cast<int>(sizeof(T) / 4) - 1)];
+  unsigned x = 0;
+#pragma unroll
+  for (int i = 0; i < kLines; ++i) x ^= v[i];
+  // A use that ptxas cannot drop (it would drop the loads for an empty asm): an L2 prefetch of a
+  // valid line, made only if the words happen to hash to this constant (harmless if they do).
+  asm volatile(
+      "{\n .reg .pred p;\n setp.eq.u32 p, %0, 0x5bd1e995;\n @p prefetch.global.L2 [%1];\n}" ::"r"(x),
+      "l"(&mb_trace_buf));
+}
 // Both at a kernel's entry (kernels that read no weights ahead of their inputs).
 __device__ __forceinline__ void pdl_entry() {
   pdl_trigger();

@@ -736,25 +736,30 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(RouterAr
   router_finish(r, lg, e0, routers, sc, sc_early, rp.c.count, DIRECT ? kProbeRouterDirect : kProbeRouterLast, probe);
 }
 
+// The experts chosen on the host (MARKBASE_CUDA_HOST_ROUTING's debug mode): host_n of them, passed
+// by value as the experts' kernels' last parameter, and their count host_n apart, among the first
+// parameters: in GPU routing (host_n 0) no block reads the ids' ~260 bytes, and the parameters
+// after them had each block miss the constant cache on two to three more lines (the down launch's
+// DenseMlp; bench/RESULTS.md, twenty-eighth session).
 struct HostIds {
-  int n;
   int ids[kMaxHostIds];
 };
 
-__device__ __forceinline__ int expert_of(const float* route, int rs, int t, int j, int E, const HostIds& hid, int k) {
-  const int e = hid.n ? hid.ids[t * k + j] : static_cast<int>(route[static_cast<size_t>(t) * rs + 2 * j + 1]);
+__device__ __forceinline__ int expert_of(const float* route, int rs, int t, int j, int E, int host_n,
+                                         const HostIds& hid, int k) {
+  const int e = host_n ? hid.ids[t * k + j] : static_cast<int>(route[static_cast<size_t>(t) * rs + 2 * j + 1]);
   return min(max(e, 0), E - 1);
 }
 
 // grid: (Ie / kWarps, k, rows). act[(t k + j) Ie + r] = gelu(gate_e[r] . x_t) * (up_e[r] . x_t)
 template <int TYPE>
-__global__ void __launch_bounds__(kWarps * 32) gate_up_kernel(WeightRef w, int E, int Ie, int k, const float* x,
-                                                               int xs, const float* route, int rs, HostIds hid,
-                                                               float* act, bool fast) {
+__global__ void __launch_bounds__(kWarps * 32) gate_up_kernel(WeightRef w, int E, int Ie, int k, int host_n,
+                                                               const float* x, int xs, const float* route, int rs,
+                                                               float* act, bool fast, HostIds hid) {
   pdl_entry();
   const int r = blockIdx.x * kWarps + (threadIdx.x >> 5), j = blockIdx.y, t = blockIdx.z;
   if (r >= Ie) return;
-  const int e = expert_of(route, rs, t, j, E, hid, k);
+  const int e = expert_of(route, rs, t, j, E, host_n, hid, k);
   const mb_u8* base = w.data + static_cast<size_t>(e) * w.expert_bytes;
   const float* xt = x + static_cast<size_t>(t) * xs;
   const bool vec = (xs & 3) == 0;
@@ -781,9 +786,9 @@ __global__ void __launch_bounds__(kWarps * 32) gate_up_kernel(WeightRef w, int E
 
 // grid: (H / kWarps, rows). out[t, h] = sum_j weight_j * (down_e_j[h] . act[t, j])
 template <int TYPE>
-__global__ void __launch_bounds__(kWarps * 32) down_kernel(WeightRef w, int E, int Ie, int H, int k,
-                                                            const float* route, int rs, HostIds hid,
-                                                            const float* act, float* out, int os, bool fast) {
+__global__ void __launch_bounds__(kWarps * 32) down_kernel(WeightRef w, int E, int Ie, int H, int k, int host_n,
+                                                            const float* route, int rs, const float* act, float* out,
+                                                            int os, bool fast, HostIds hid) {
   pdl_entry();
   const int h = blockIdx.x * kWarps + (threadIdx.x >> 5), t = blockIdx.y;
   if (h >= H) return;
@@ -794,7 +799,7 @@ __global__ void __launch_bounds__(kWarps * 32) down_kernel(WeightRef w, int E, i
     // pairs, too few to keep a whole warp busy on one expert at a time.
     const int lane = threadIdx.x & 31, grp = lane / 8, sub = lane % 8;
     for (int j = grp; j < k; j += 4) {
-      const int e = expert_of(route, rs, t, j, E, hid, k);
+      const int e = expert_of(route, rs, t, j, E, host_n, hid, k);
       const mb_u8* row = w.data + static_cast<size_t>(e) * w.expert_bytes + static_cast<size_t>(h) * w.row_bytes;
       acc += route[static_cast<size_t>(t) * rs + 2 * j] *
              pair_dot<TYPE>(row, Ie / 64, act + (static_cast<size_t>(t) * k + j) * Ie, sub, 8);
@@ -804,7 +809,7 @@ __global__ void __launch_bounds__(kWarps * 32) down_kernel(WeightRef w, int E, i
     return;
   }
   for (int j = 0; j < k; ++j) {
-    const int e = expert_of(route, rs, t, j, E, hid, k);
+    const int e = expert_of(route, rs, t, j, E, host_n, hid, k);
     const mb_u8* row = w.data + static_cast<size_t>(e) * w.expert_bytes + static_cast<size_t>(h) * w.row_bytes;
     const float wgt = route[static_cast<size_t>(t) * rs + 2 * j];
     acc += wgt * warp_sum(lane_dot<TYPE>(row, Ie, act + (static_cast<size_t>(t) * k + j) * Ie, vec));
@@ -824,9 +829,10 @@ constexpr int kPairs = 2;  // 4 ran the 26B-A4B experts 2 us a layer slower on t
 // the dense MLP's launch may be wider: the others only pass the barrier). The caller has waited.
 template <int TYPE, int THREADS>
 __device__ __forceinline__ void gate_up_q8_block(const WeightRef& w, int E, int Ie, int k, const Q8Vec& x,
-                                                 const float* route, const HostIds& hid, float* act, int r0, int j) {
+                                                 const float* route, int host_n, const HostIds& hid, float* act,
+                                                 int r0, int j) {
   constexpr int R = 2 * kPairs;
-  const int e = expert_of(route, 0, 0, j, E, hid, k);
+  const int e = expert_of(route, 0, 0, j, E, host_n, hid, k);
   const mb_u8* base = w.data + static_cast<size_t>(e) * w.expert_bytes;
   const mb_u8* rows[R];
 #pragma unroll
@@ -874,16 +880,16 @@ __device__ __forceinline__ void gate_up_q8_block(const WeightRef& w, int E, int 
 }
 
 template <int TYPE, int THREADS>
-__global__ void __launch_bounds__(THREADS) gate_up_q8_kernel(WeightRef w, int E, int Ie, int k, Q8Vec x,
-                                                              const float* route, HostIds hid, float* act,
-                                                              bool trigger_late) {
+__global__ void __launch_bounds__(THREADS) gate_up_q8_kernel(WeightRef w, int E, int Ie, int k, int host_n, Q8Vec x,
+                                                              const float* route, float* act, bool trigger_late,
+                                                              HostIds hid) {
   if (trigger_late) {  // see down_q8_kernel's `early`
     pdl_wait();
     pdl_trigger();
   } else {
     pdl_entry();
   }
-  gate_up_q8_block<TYPE, THREADS>(w, E, Ie, k, x, route, hid, act, blockIdx.x * kPairs, blockIdx.y);
+  gate_up_q8_block<TYPE, THREADS>(w, E, Ie, k, x, route, host_n, hid, act, blockIdx.x * kPairs, blockIdx.y);
 }
 
 // grid: H / ROWS; a block computes ROWS output rows over all k experts (the units of
@@ -902,7 +908,8 @@ __global__ void __launch_bounds__(THREADS) gate_up_q8_kernel(WeightRef w, int E,
 
 template <int TYPE, int FLIGHT, int ROWS>
 __device__ __forceinline__ void down_q8_block(const WeightRef& w, int E, int Ie, int H, int k, const float* route,
-                                              const HostIds& hid, const Q8Vec& act, float* out, bool early, int blk) {
+                                              int host_n, const HostIds& hid, const Q8Vec& act, float* out, bool early,
+                                              int blk) {
   extern __shared__ float rt[];  // the route: 2 k floats (weight, expert id)
   bool waited = !early;  // each thread passes the wait once (pdl_wait stamps the trace)
   if (waited) pdl_wait();
@@ -927,7 +934,7 @@ __device__ __forceinline__ void down_q8_block(const WeightRef& w, int E, int Ie,
       ok[f] = v0 < units;
       const int v = ok[f] ? v0 : u;  // past the end: a repeat of unit u (no new traffic), not summed
       const int j = v / upe, uu = v - j * upe;
-      const int e = expert_of(rt, 0, 0, j, E, hid, k);
+      const int e = expert_of(rt, 0, 0, j, E, host_n, hid, k);
       wgt[f] = rt[2 * j];
       const mb_u8* base = w.data + static_cast<size_t>(e) * w.expert_bytes;
 #pragma unroll
@@ -963,11 +970,11 @@ __device__ __forceinline__ void down_q8_block(const WeightRef& w, int E, int Ie,
 }
 
 template <int TYPE, int FLIGHT, int ROWS>
-__global__ void __launch_bounds__(kQ8Threads) down_q8_kernel(WeightRef w, int E, int Ie, int H, int k,
-                                                              const float* route, HostIds hid, Q8Vec act,
-                                                              float* out, bool early) {
+__global__ void __launch_bounds__(kQ8Threads) down_q8_kernel(WeightRef w, int E, int Ie, int H, int k, int host_n,
+                                                              const float* route, Q8Vec act, float* out, bool early,
+                                                              HostIds hid) {
   pdl_trigger();
-  down_q8_block<TYPE, FLIGHT, ROWS>(w, E, Ie, H, k, route, hid, act, out, early, blockIdx.x);
+  down_q8_block<TYPE, FLIGHT, ROWS>(w, E, Ie, H, k, route, host_n, hid, act, out, early, blockIdx.x);
 }
 
 // --- The dense MLP beside the experts (Gemma 4's MoE layers), decode, default mode, in the
@@ -980,13 +987,16 @@ __global__ void __launch_bounds__(kQ8Threads) down_q8_kernel(WeightRef w, int E,
 // quantization), so the logits are the same bits as with the dense MLP's own launches
 // (MARKBASE_CUDA_MOE_DENSE=0). Why: on two streams the dense MLP's kernels slowed the experts'
 // as much as they overlapped them (bench/RESULTS.md, sixteenth session).
+// The down launch's fields first: it takes the struct after its own parameters, and these then
+// share their 128-byte lines (each line a block first reads misses the constant cache).
 struct DenseMlp {
-  WeightRef gate, up, down;  // gate, up: I rows of H; down: H rows of I
-  Q8Vec x;                   // the MLP's input (the row chain's ffn_norm output), quantized
-  float* act;                // I floats: gelu(gate . x) * (up . x)
+  int I, H;
+  WeightRef down;            // H rows of I
   Q8Vec act_q8;              // act, quantized
   float* out;                // H floats: down . act
-  int I, H;
+  WeightRef gate, up;        // I rows of H
+  Q8Vec x;                   // the MLP's input (the row chain's ffn_norm output), quantized
+  float* act;                // I floats: gelu(gate . x) * (up . x)
 };
 
 // Outputs r0 .. r0 + kPairs - 1 of the dense MLP's activation: their gate and up rows' sums
@@ -1033,8 +1043,8 @@ __global__ void __launch_bounds__(kRouterThreads) router_dense_kernel(RouterArgs
 template <int TYPE, int GT, int DT>
 __global__ void __launch_bounds__(GT > DT ? GT : DT) gate_up_dense_kernel(WeightRef w, int E, int Ie, int k, Q8Vec x,
                                                                           const float* route, float* act,
-                                                                          bool trigger_late, DenseMlp d,
-                                                                          bool dense_first) {
+                                                                          bool trigger_late, bool dense_first,
+                                                                          DenseMlp d) {
   if (!trigger_late) pdl_trigger();
   const int nb = (Ie + kPairs - 1) / kPairs, experts = k * nb, dense = (d.I + kPairs - 1) / kPairs;
   const int b = blockIdx.x;
@@ -1043,7 +1053,7 @@ __global__ void __launch_bounds__(GT > DT ? GT : DT) gate_up_dense_kernel(Weight
     const int eb = dense_first ? b - dense : b;
     pdl_wait();
     if (trigger_late) pdl_trigger();  // see down_q8_kernel's `early`
-    gate_up_q8_block<TYPE, GT>(w, E, Ie, k, x, route, HostIds{}, act, (eb % nb) * kPairs, eb / nb);
+    gate_up_q8_block<TYPE, GT>(w, E, Ie, k, x, route, 0, HostIds{}, act, (eb % nb) * kPairs, eb / nb);
     return;
   }
   dense_gate_up_block<TYPE, DT>(d, (dense_first ? b : b - experts) * kPairs, trigger_late);
@@ -1052,12 +1062,12 @@ __global__ void __launch_bounds__(GT > DT ? GT : DT) gate_up_dense_kernel(Weight
 // grid: the experts' down blocks (down_q8_kernel's), then one block per 4 dense outputs.
 template <int TYPE, int FLIGHT, int ROWS, int DT>
 __global__ void __launch_bounds__(kQ8Threads) down_dense_kernel(WeightRef w, int E, int Ie, int H, int k,
-                                                                 const float* route, HostIds hid, Q8Vec act,
-                                                                 float* out, bool early, DenseMlp d) {
+                                                                 int host_n, const float* route, Q8Vec act,
+                                                                 float* out, bool early, DenseMlp d, HostIds hid) {
   pdl_trigger();
   const int experts_blocks = (H + ROWS - 1) / ROWS;
   if (static_cast<int>(blockIdx.x) < experts_blocks) {
-    down_q8_block<TYPE, FLIGHT, ROWS>(w, E, Ie, H, k, route, hid, act, out, early, blockIdx.x);
+    down_q8_block<TYPE, FLIGHT, ROWS>(w, E, Ie, H, k, route, host_n, hid, act, out, early, blockIdx.x);
     return;
   }
   constexpr int R = 4;  // matvec_q8's rows a block
@@ -1134,7 +1144,7 @@ int gate_up_warps(int K) {
 // of their output, and down with `flight` units a thread in flight (2-4).
 template <int TYPE>
 void experts_q8(cudaStream_t s, int gu_warps, int flight, int forced_rows, bool dn_early, const WeightRef& gu,
-                const WeightRef& dn, int E, int Ie, int H, int k, Q8Vec x_q8, const float* route,
+                const WeightRef& dn, int E, int Ie, int H, int k, Q8Vec x_q8, const float* route, int host_n,
                 const HostIds& hid, float* act, Q8Vec act_q8, float* out, const DenseMlp* dense,
                 int dense_warps, bool dense_gate_up) {
   constexpr decltype(&gate_up_q8_kernel<TYPE, 32>) gate_up[] = {
@@ -1165,16 +1175,16 @@ void experts_q8(cudaStream_t s, int gu_warps, int flight, int forced_rows, bool 
                                                : gate_up_dense_kernel<TYPE, 128, 128>;
     if (!(gu_warps == dt || (gu_warps == 1 && dt == 2))) throw std::logic_error("[cuda] gate_up_dense: thread counts");
     enqueue(kernel, k * MB_BLOCKS(Ie, kPairs) + MB_BLOCKS(dense->I, kPairs), 32 * std::max(gu_warps, dt), 0, s, gu, E,
-            Ie, k, x_q8, route, act, dn_early, *dense, dense_first);
+            Ie, k, x_q8, route, act, dn_early, dense_first, *dense);
   } else {
-    enqueue(gate_up[gu_warps - 1], dim3(MB_BLOCKS(Ie, kPairs), k), 32 * gu_warps, 0, s, gu, E, Ie, k, x_q8, route, hid,
-            act, dn_early);
+    enqueue(gate_up[gu_warps - 1], dim3(MB_BLOCKS(Ie, kPairs), k), 32 * gu_warps, 0, s, gu, E, Ie, k, host_n, x_q8,
+            route, act, dn_early, hid);
   }
   // With the dense MLP: its GeGLU output follows the experts' in act, quantized in the same launch.
   quantize_q8(s, act, 0, k * Ie + (dense ? dense->I : 0), 1, act_q8, 0);
   if (!dense) {
     enqueue(down[rows == 4][flight - 2], MB_BLOCKS(H, rows), kQ8Threads, 2 * k * sizeof(float), s, dn, E, Ie, H, k,
-            route, hid, act_q8, out, dn_early);
+            host_n, route, act_q8, out, dn_early, hid);
     return;
   }
   constexpr decltype(&down_dense_kernel<TYPE, 2, 2, 64>) down_dense[2][3][3] = {
@@ -1185,13 +1195,13 @@ void experts_q8(cudaStream_t s, int gu_warps, int flight, int forced_rows, bool 
        {down_dense_kernel<TYPE, 3, 4, 64>, down_dense_kernel<TYPE, 3, 4, 96>, down_dense_kernel<TYPE, 3, 4, 128>},
        {down_dense_kernel<TYPE, 4, 4, 64>, down_dense_kernel<TYPE, 4, 4, 96>, down_dense_kernel<TYPE, 4, 4, 128>}}};
   enqueue(down_dense[rows == 4][flight - 2][dense_warps - 2], MB_BLOCKS(H, rows) + MB_BLOCKS(dense->H, 4), kQ8Threads,
-          2 * k * sizeof(float), s, dn, E, Ie, H, k, route, hid, act_q8, out, dn_early, *dense);
+          2 * k * sizeof(float), s, dn, E, Ie, H, k, host_n, route, act_q8, out, dn_early, *dense, hid);
 }
 
 // The experts in default mode, one token (the backend checked: one row, gu.type == dn.type,
 // has_q8_dot, Ie % 32 == 0), with their launch settings; dense: the dense MLP's parts too.
 void run_experts_q8(cudaStream_t s, const WeightRef& gu, const WeightRef& dn, int E, int Ie, int H, int k, Q8Vec x_q8,
-                    const float* route, const HostIds& hid, float* act, Q8Vec act_q8, float* out,
+                    const float* route, int host_n, const HostIds& hid, float* act, Q8Vec act_q8, float* out,
                     const DenseMlp* dense, int dense_warps, bool dense_gate_up) {
   // Units a thread of the down kernel has in flight: the fewest that cover the k expert rows in
   // one round (at most 4). On the 26B-A4B shape (352 units a row) 3 ran the kernel in 7.4 us on
@@ -1209,7 +1219,7 @@ void run_experts_q8(cudaStream_t s, const WeightRef& gu, const WeightRef& dn, in
     return r == 3 ? 0 : r;
   }();
   auto run = gu.type == MB_Q4_0 ? experts_q8<MB_Q4_0> : experts_q8<MB_Q8_0>;
-  run(s, gu_warps, flight, dn_rows, dn_early, gu, dn, E, Ie, H, k, x_q8, route, hid, act, act_q8, out, dense,
+  run(s, gu_warps, flight, dn_rows, dn_early, gu, dn, E, Ie, H, k, x_q8, route, host_n, hid, act, act_q8, out, dense,
       dense_warps, dense_gate_up);
 }
 
@@ -1225,12 +1235,10 @@ int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn,
                        const float* x, int xs, const float* route, int rs, int rows, const int* host_ids,
                        float* act, float* out, int os, Q8Vec x_q8, Q8Vec act_q8) {
   HostIds hid{};
-  if (host_ids) {
-    hid.n = std::min(rows * k, kMaxHostIds);
-    std::copy(host_ids, host_ids + hid.n, hid.ids);
-  }
+  const int host_n = host_ids ? std::min(rows * k, kMaxHostIds) : 0;
+  std::copy(host_ids, host_ids + host_n, hid.ids);
   if (x_q8.q) {  // the backend checked: one row, gu.type == dn.type, has_q8_dot, Ie % 32 == 0
-    run_experts_q8(s, gu, dn, E, Ie, H, k, x_q8, route, hid, act, act_q8, out, nullptr, 0, false);
+    run_experts_q8(s, gu, dn, E, Ie, H, k, x_q8, route, host_n, hid, act, act_q8, out, nullptr, 0, false);
     return 3;
   }
   const dim3 block(kWarps * 32);
@@ -1239,14 +1247,14 @@ int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn,
                        (reinterpret_cast<uintptr_t>(gu.data) & 3) == 0;
   const bool fast_dn = fast_dot_ok(dn.type, Ie) && (Ie & 3) == 0 && (reinterpret_cast<uintptr_t>(dn.data) & 3) == 0;
 #define MB_GATE_UP(T)                                                                                      \
-  enqueue(gate_up_kernel<T>, dim3(MB_BLOCKS(Ie, kWarps), k, rows), block, 0, s, gu, E, Ie, k, x, xs, route, rs, hid, \
-                                                                          act, fast_gu);                   \
+  enqueue(gate_up_kernel<T>, dim3(MB_BLOCKS(Ie, kWarps), k, rows), block, 0, s, gu, E, Ie, k, host_n, x, xs, route, \
+          rs, act, fast_gu, hid);                                                                          \
   break;
   MB_TYPE_DISPATCH(gu.type, MB_GATE_UP)
 #undef MB_GATE_UP
 #define MB_DOWN(T)                                                                                          \
-  enqueue(down_kernel<T>, dim3(MB_BLOCKS(H, kWarps), rows), block, 0, s, dn, E, Ie, H, k, route, rs, hid, act, out, \
-                                                                   os, fast_dn);                            \
+  enqueue(down_kernel<T>, dim3(MB_BLOCKS(H, kWarps), rows), block, 0, s, dn, E, Ie, H, k, host_n, route, rs, act, \
+          out, os, fast_dn, hid);                                                                           \
   break;
   MB_TYPE_DISPATCH(dn.type, MB_DOWN)
 #undef MB_DOWN
@@ -1268,9 +1276,9 @@ bool moe_dense_fits(const WeightRef* router, const WeightRef& gate_up, const Wei
 namespace {
 DenseMlp dense_mlp(int k, int Ie, int H, float* act, Q8Vec act_q8, const WeightRef& gate, const WeightRef& up,
                    const WeightRef& dense_down, Q8Vec dense_x, float* dense_out) {
-  return DenseMlp{gate, up, dense_down, dense_x, act + static_cast<size_t>(k) * Ie,
+  return DenseMlp{dense_down.K, H, dense_down,
                   Q8Vec{act_q8.q + static_cast<size_t>(k) * Ie, act_q8.d + static_cast<size_t>(k) * Ie / 32},
-                  dense_out, dense_down.K, H};
+                  dense_out, gate, up, dense_x, act + static_cast<size_t>(k) * Ie};
 }
 }  // namespace
 
@@ -1290,7 +1298,7 @@ int moe_ffn_decode(cudaStream_t s, const WeightRef& router, const float* router_
   enqueue((gate.type == MB_Q4_0 ? a_q4 : a_q8)[gu_dense_warps - 2], E + MB_BLOCKS(I, kPairs), kRouterThreads, 0, s, r,
           d);
   // The experts as moe_experts_decode runs them, with the dense MLP's down rows in their down launch.
-  run_experts_q8(s, gu, dn, E, Ie, H, k, x_q8, route, HostIds{}, act, act_q8, out, &d, dn_dense_warps, false);
+  run_experts_q8(s, gu, dn, E, Ie, H, k, x_q8, route, 0, HostIds{}, act, act_q8, out, &d, dn_dense_warps, false);
   return 4;
 }
 
@@ -1298,7 +1306,7 @@ int moe_ffn_decode_routed(cudaStream_t s, const float* route, int E, int k, cons
                           int Ie, int H, Q8Vec x_q8, float* act, Q8Vec act_q8, float* out, const WeightRef& gate,
                           const WeightRef& up, const WeightRef& dense_down, Q8Vec dense_x, float* dense_out) {
   const DenseMlp d = dense_mlp(k, Ie, H, act, act_q8, gate, up, dense_down, dense_x, dense_out);
-  run_experts_q8(s, gu, dn, E, Ie, H, k, x_q8, route, HostIds{}, act, act_q8, out, &d, matvec_q8_warps(d.I), true);
+  run_experts_q8(s, gu, dn, E, Ie, H, k, x_q8, route, 0, HostIds{}, act, act_q8, out, &d, matvec_q8_warps(d.I), true);
   return 3;
 }
 

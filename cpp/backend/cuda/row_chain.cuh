@@ -461,6 +461,7 @@ __device__ __forceinline__ void run_fused_chain(const FusedChain& f, ChainProbe<
 #pragma unroll
   for (int k = 0; k < kFusedNorms; ++k)
     if (k < f.nh) fused_load(f.wh[k], wh[k], n4);
+  touch_param_lines(f);
   probe.stamp(kStagePreWait);
   pdl_wait();
   probe.stamp(kStageWaited);

@@ -56,9 +56,9 @@ __device__ __forceinline__ void pdl_wait() {
 }
 // Reads a word of each 128-byte line that the kernel parameter p (a __grid_constant__ one: read in
 // place, not copied) spans, together, so that the constant cache misses on them overlap here (before
-// the programmatic wait) instead of one at a time at each first use after it, where each lies on
-// the token's critical path (ncu's source counters, H200: a miss stalled a warp ~500 cycles;
-// bench/RESULTS.md, twenty-eighth session).
+// the programmatic wait) instead of one at a time at each first use after it, where each holds
+// the warp for a round trip on the token's critical path (ncu's source counters, H200;
+// bench/RESULTS.md, twenty-eighth session). Only for a few lines: each is a load kept live.
 template <class T>
 __device__ __forceinline__ void touch_param_lines(const T& p) {
   constexpr int kLines = (static_cast<int>(sizeof(T)) + 127) / 128 + 1;  // p need not start a line

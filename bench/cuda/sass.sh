@@ -4,13 +4,17 @@
 #   bash bench/cuda/sass.sh --counts cpp/backend/cuda/moe.cu   (instructions per kernel and opcode)
 #   bash bench/cuda/sass.sh --params cpp/backend/cuda/moe.cu   (kernel parameter reads after the
 #     programmatic wait: 128-byte lines first read there, and reads by a computed index)
+#   bash bench/cuda/sass.sh --lines cpp/backend/cuda/moe.cu    (every kernel's constant-bank lines in
+#     the order first read, bank:line@instruction, and where its wait is: each first read of a line
+#     is a constant-cache miss that holds its warp, before the wait too when the block starts late;
+#     bench/RESULTS.md, twenty-eighth session)
 # Why: a refactor of kernel code (a block folded into a shared function, say) should leave the
 # machine code alone or change it knowingly; diffing two dumps shows which, before any GPU time.
 # cuobjdump and the nvdisasm it calls are not in this machine's CUDA toolkit; NVIDIA's PyPI wheels
 # nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm have them (fetched once into ~/.cache/markbase).
 set -euo pipefail
 mode=sass
-case "${1:-}" in --counts) mode=counts; shift ;; --params) mode=params; shift ;; esac
+case "${1:-}" in --counts) mode=counts; shift ;; --params) mode=params; shift ;; --lines) mode=lines; shift ;; esac
 src=${1:?usage: sass.sh [--counts] FILE.cu}
 cd "$(dirname "$0")/../.."
 tool=$(command -v cuobjdump || true)
@@ -51,6 +55,17 @@ if sys.argv[2] == "counts":
         c = collections.Counter(i.split()[0] for i in ins)
         print(f"{sum(c.values()):7d}  {k}")
         print("         " + " ".join(f"{op}:{n}" for op, n in sorted(c.items())))
+    sys.exit(0)
+if sys.argv[2] == "lines":
+    for k, ins in kernels.items():
+        wait = next((i for i, x in enumerate(ins) if x.startswith("ACQBULK")), None)
+        seen = {}
+        for i, x in enumerate(ins):
+            for m in re.finditer(r"c\[0x(\d)\]\[(?:(?:U?R\d+|U?RZ)\+?)?(0x[0-9a-f]+)?\]", x):
+                key = f"{m.group(1)}:{int(m.group(2) or '0', 16) // 128:x}"
+                seen.setdefault(key, i)
+        print(k)
+        print(f"   wait at {wait} of {len(ins)}; lines: " + " ".join(f"{key}@{i}" for key, i in seen.items()))
     sys.exit(0)
 # Parameters live in constant bank 0 from 0x210 (sm_90). After the wait (ACQBULK), a first read of
 # a line no read before the wait touched, or a read at a computed offset, waits for the constant

@@ -239,25 +239,31 @@ __device__ __forceinline__ void top_insert(unsigned long long (&top)[kTopRoute],
   top[0] = x > top[0] ? x : top[0];
 }
 // poll_logits with the running top (0: none yet): each new logit that beats the top's last is
-// inserted as it lands, in the calling warp; then the buffer is emptied.
+// inserted as it lands, in the calling warp; then the buffer is emptied. Two rounds of loads are in
+// flight: the next is issued before the last is sorted in, so that inserting a burst of arrivals
+// does not hold the next look (a slot already in is loaded again, not inserted again).
 __device__ __forceinline__ void poll_top(float* poll, int E, unsigned long long (&top)[kTopRoute]) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int j = 0; j < kTopRoute; ++j) top[j] = 0ull;
-  bool got[4];
+  bool done[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) got[i] = lane + 32 * i >= E;
+  for (int i = 0; i < 4; ++i) done[i] = lane + 32 * i >= E;
+  auto look = [&](float (&v)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = done[i] ? 0.0f : ld_relaxed(poll + lane + 32 * i);
+  };
+  float v[4], next[4];
+  look(v);
   const long long t0 = clock64();
   for (;;) {
-    float v[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) v[i] = got[i] ? 0.0f : ld_relaxed(poll + lane + 32 * i);
+    look(next);
     bool all = true;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const bool fresh = !got[i] && __float_as_uint(v[i]) != kPollEmpty;
-      got[i] = got[i] || fresh;
-      all = all && got[i];
+      const bool fresh = !done[i] && __float_as_uint(v[i]) != kPollEmpty;
+      done[i] = done[i] || fresh;
+      all = all && done[i];
       const unsigned long long p = route_pack(order_key(v[i]), lane + 32 * i);
       unsigned m = __ballot_sync(0xffffffffu, fresh && p > top[kTopRoute - 1]);
       while (m) {  // the same on every lane: m and top are the warp's
@@ -269,6 +275,8 @@ __device__ __forceinline__ void poll_top(float* poll, int E, unsigned long long 
     }
     if (__all_sync(0xffffffffu, all)) break;
     if (clock64() - t0 > kPollCycles) __trap();
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = next[i];
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i)

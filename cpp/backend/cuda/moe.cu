@@ -79,15 +79,6 @@ __device__ __forceinline__ float key_value(unsigned key) {
   return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
 }
 
-// route_row for E <= 32 * PER experts, the logits in registers (lane l holds experts l + 32 i),
-// each round's arg-max by two warp reductions (redux.sync: the largest key, then the lowest
-// expert id holding it) instead of a shuffle butterfly of value and id over shared memory. Keys
-// are order_key of the logits, 0 for taken experts. Each lane j < k keeps choice j, and the
-// softmax of the k and the scales are route_row's arithmetic (for k <= 32: one choice a lane).
-// sc (used when has_sc): the per-expert scales, held like the logits, loaded by the caller
-// before its wait; lane j then takes its expert's scale by shuffles instead of a dependent load
-// after the top-k. A reference to the caller's registers, not a pointer: through a pointer the
-// array went to local memory (sass.sh).
 // The route from the k choices, lane j < k holding choice j (its logit mine, its expert mine_e)
 // and every lane the largest logit top: the softmax of the k, each weight times its expert's
 // scale (route_row's arithmetic).
@@ -112,6 +103,15 @@ __device__ __forceinline__ void route_write(float top, float mine, int mine_e, c
     o[2 * lane + 1] = static_cast<float>(mine_e);
   }
 }
+// route_row for E <= 32 * PER experts, the logits in registers (lane l holds experts l + 32 i),
+// each round's arg-max by two warp reductions (redux.sync: the largest key, then the lowest
+// expert id holding it) instead of a shuffle butterfly of value and id over shared memory. Keys
+// are order_key of the logits, 0 for taken experts. Each lane j < k keeps choice j, and the
+// softmax of the k and the scales are route_row's arithmetic (for k <= 32: one choice a lane).
+// sc (used when has_sc): the per-expert scales, held like the logits, loaded by the caller
+// before its wait; lane j then takes its expert's scale by shuffles instead of a dependent load
+// after the top-k. A reference to the caller's registers, not a pointer: through a pointer the
+// array went to local memory (sass.sh).
 // route_row_vals: the same from the logits already in registers (lv[i]: expert lane + 32 i).
 template <int PER>
 __device__ void route_row_vals(const float (&lv)[PER], const float* scale, int E, int k, float* o,
@@ -202,6 +202,12 @@ constexpr unsigned kPollEmpty = 0xffffffffu;
 constexpr long long kPollCycles = 2000000000ll;
 // The E <= 128 logits of the poll buffer in the calling warp's registers (lane l: experts
 // l + 32 i), once all have landed; then the buffer is emptied.
+__device__ __forceinline__ void poll_clear(float* poll, int E) {  // for the next launch
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    if (lane + 32 * i < E) st_relaxed(poll + lane + 32 * i, __uint_as_float(kPollEmpty));
+}
 __device__ __forceinline__ void poll_logits(float* poll, int E, float (&lv)[4]) {
   const int lane = threadIdx.x & 31;
   const long long t0 = clock64();
@@ -215,9 +221,7 @@ __device__ __forceinline__ void poll_logits(float* poll, int E, float (&lv)[4]) 
     if (__all_sync(0xffffffffu, ready)) break;
     if (clock64() - t0 > kPollCycles) __trap();
   }
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-    if (lane + 32 * i < E) st_relaxed(poll + lane + 32 * i, __uint_as_float(kPollEmpty));
+  poll_clear(poll, E);
 }
 
 // MARKBASE_CUDA_ROUTE_BLOCK=1 (A/B switch, off): chain_router's routing block is a block of its own
@@ -278,9 +282,7 @@ __device__ __forceinline__ void poll_top(float* poll, int E, unsigned long long 
 #pragma unroll
     for (int i = 0; i < 4; ++i) v[i] = next[i];
   }
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-    if (lane + 32 * i < E) st_relaxed(poll + lane + 32 * i, __uint_as_float(kPollEmpty));
+  poll_clear(poll, E);
 }
 
 // Block e of the router (kRouterThreads threads; the caller has triggered its dependents).
@@ -1586,12 +1588,12 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
   p.held = spreads ? 0u : chain_holds(p, rp, chains);
   // block 0's rows, or rp's (the spread form's blocks keep theirs in registers)
   const size_t smem = spreads ? 0 : static_cast<size_t>(std::max(p.slots, rp.slots)) * p.n4 * 16;
-  // A/B switch: MARKBASE_CUDA_ROUTE_BLOCK=1 routes in a block of its own (route_block), where the
-  // routing block polls (E <= 128) and k <= kTopRoute.
-  static const bool route_block_on = env_flag("MARKBASE_CUDA_ROUTE_BLOCK", false);
-  const bool rb = route_block_on && spreads && poll && E <= kChainPollExperts && k <= kTopRoute && E >= k;
-  const int grid = chains + (no_router ? 0 : (E + kRouterGroups - 1) / kRouterGroups) + (rb ? 1 : 0);
   const bool polled = poll && E <= kChainPollExperts && k <= 32;
+  // A/B switch: MARKBASE_CUDA_ROUTE_BLOCK=1 routes in a block of its own (route_block), where the
+  // routing block polls and k <= kTopRoute.
+  static const bool route_block_on = env_flag("MARKBASE_CUDA_ROUTE_BLOCK", false);
+  const bool rb = route_block_on && spreads && polled && k <= kTopRoute && E >= k;
+  const int grid = chains + (no_router ? 0 : (E + kRouterGroups - 1) / kRouterGroups) + (rb ? 1 : 0);
   // A/B switch: MARKBASE_CUDA_CHAIN_ROUTER_LATE_TRIGGER=1 starts the next launch (the experts'
   // gate/up, whose dense blocks load their weights before their wait) only once the chain blocks
   // end, not as this launch starts: whether its early blocks slow the chain beside them.

@@ -588,31 +588,6 @@ def test_router_vec_rows_bit_identical(need_cuda, tiny_models, tmp_path, qtype, 
 
 
 @pytest.mark.parametrize("qtype,narrow", [("q4_0", False), ("q8_0", True)], ids=["q4_0", "q8_0-narrow"])
-def test_route_block_bit_identical(need_cuda, tiny_models, tmp_path, qtype, narrow):
-    """MARKBASE_CUDA_ROUTE_BLOCK=1 (an A/B switch): chain_router routes in a block of its own that
-    polls from its wait on and keeps the top 8 logits as they land (moe.cu's poll_top), instead of
-    the last router block running the whole top-k once all are in. The same choices and weights:
-    the logits bit for bit and the tokens of the default, one kernel a token as many, over two
-    26B-A4B layers (128 experts, top 8) and the tiny Hugging Face MoE model; the probe's report
-    still names the polling block."""
-    path, summary, rng = _synthetic(tmp_path, f"26b-routeblock-{qtype}", preset="26b-a4b", layers=2, vocab=4096,
-                                    qtype=qtype, narrow=narrow)
-    ids = _ids(summary, 12, rng)
-    try:
-        report = _probe_report(path, ids, {"MARKBASE_CUDA_ROUTE_BLOCK": "1"})
-        assert "polling router block" in report, report
-        on, off = _fingerprints_match(path, ids, {"MARKBASE_CUDA_ROUTE_BLOCK": "1"})  # deletes the file
-        assert on["kernels"] == off["kernels"]
-    finally:
-        path.unlink(missing_ok=True)
-    tm = tiny_models["gemma4_moe"]
-    ids = list(tm.prompt(24, 8))
-    base = _decode_fingerprint(tm.path, ids, {})
-    own = _decode_fingerprint(tm.path, ids, {"MARKBASE_CUDA_ROUTE_BLOCK": "1"})
-    assert base["finite"] and (base["sha"], base["tokens"], base["kernels"]) == (own["sha"], own["tokens"], own["kernels"])
-
-
-@pytest.mark.parametrize("qtype,narrow", [("q4_0", False), ("q8_0", True)], ids=["q4_0", "q8_0-narrow"])
 def test_chain_router_poll_bit_identical(need_cuda, tmp_path, qtype, narrow):
     """chain_router's routing block (the grid's last) polls a buffer of the router blocks' logits
     (moe.cu's poll_logits; the default) instead of the last block to count itself done routing

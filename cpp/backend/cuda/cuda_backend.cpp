@@ -38,8 +38,6 @@
 //    router blocks writing the chain's rows (moe.cu's SpreadChain; the same values to rounding).
 //    MARKBASE_CUDA_ROUTER_VEC_ROWS=0: the direct form's router rows loaded element by element, not
 //    a float4 at a time where aligned (moe.cu's router_row4; bit-identical).
-//    MARKBASE_CUDA_ROUTE_BLOCK=1: chain_router routes in a block of its own that keeps the top 8
-//    logits as they land (moe.cu's route_block, poll_top; bit-identical; not yet measured).
 //    MARKBASE_CUDA_PROBE_NO_ROUTER=1 (timing only, wrong results): chain_router without its router
 //    blocks.
 #include <cuda_runtime.h>

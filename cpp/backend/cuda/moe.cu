@@ -224,67 +224,6 @@ __device__ __forceinline__ void poll_logits(float* poll, int E, float (&lv)[4]) 
   poll_clear(poll, E);
 }
 
-// MARKBASE_CUDA_ROUTE_BLOCK=1 (A/B switch, off): chain_router's routing block is a block of its own
-// (the grid's last, no experts), which polls from its wait on and keeps the top kTopRoute of the
-// logits as they arrive, so that the last router block's logits leave it at most their own few
-// insertions, not the k rounds of route_row_vals. Why: the routing block was the last router
-// block, which found nearly all logits in when it began to poll and then ran the whole top-k on
-// the launch's critical path. The same choices and bits as route_row_vals (test_route_block_bit_identical).
-constexpr int kTopRoute = 8;
-// A logit's order key and its expert packed so that a larger value is a better choice: the higher
-// key, then (ties) the lower expert, route_row_vals' order.
-__device__ __forceinline__ unsigned long long route_pack(unsigned key, int e) {
-  return (static_cast<unsigned long long>(key) << 32) | (0xFFFFFFFFu - static_cast<unsigned>(e));
-}
-// x into the descending top (every lane holds the same copy): each place from the old values.
-__device__ __forceinline__ void top_insert(unsigned long long (&top)[kTopRoute], unsigned long long x) {
-#pragma unroll
-  for (int j = kTopRoute - 1; j > 0; --j) top[j] = x > top[j] ? (x > top[j - 1] ? top[j - 1] : x) : top[j];
-  top[0] = x > top[0] ? x : top[0];
-}
-// poll_logits with the running top (0: none yet): each new logit that beats the top's last is
-// inserted as it lands, in the calling warp; then the buffer is emptied. Two rounds of loads are in
-// flight: the next is issued before the last is sorted in, so that inserting a burst of arrivals
-// does not hold the next look (a slot already in is loaded again, not inserted again).
-__device__ __forceinline__ void poll_top(float* poll, int E, unsigned long long (&top)[kTopRoute]) {
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int j = 0; j < kTopRoute; ++j) top[j] = 0ull;
-  bool done[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) done[i] = lane + 32 * i >= E;
-  auto look = [&](float (&v)[4]) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) v[i] = done[i] ? 0.0f : ld_relaxed(poll + lane + 32 * i);
-  };
-  float v[4], next[4];
-  look(v);
-  const long long t0 = clock64();
-  for (;;) {
-    look(next);
-    bool all = true;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const bool fresh = !done[i] && __float_as_uint(v[i]) != kPollEmpty;
-      done[i] = done[i] || fresh;
-      all = all && done[i];
-      const unsigned long long p = route_pack(order_key(v[i]), lane + 32 * i);
-      unsigned m = __ballot_sync(0xffffffffu, fresh && p > top[kTopRoute - 1]);
-      while (m) {  // the same on every lane: m and top are the warp's
-        const int src = __ffs(m) - 1;
-        m &= m - 1;
-        const unsigned long long x = __shfl_sync(0xffffffffu, p, src);
-        if (x > top[kTopRoute - 1]) top_insert(top, x);
-      }
-    }
-    if (__all_sync(0xffffffffu, all)) break;
-    if (clock64() - t0 > kPollCycles) __trap();
-#pragma unroll
-    for (int i = 0; i < 4; ++i) v[i] = next[i];
-  }
-  poll_clear(poll, E);
-}
-
 // Block e of the router (kRouterThreads threads; the caller has triggered its dependents).
 template <int TYPE>
 __device__ __forceinline__ void router_block(const RouterArgs& a, int e) {
@@ -703,33 +642,6 @@ __device__ __forceinline__ void router_finish(const RouterArgs& r, const float* 
   probe.commit(kind, ops);
 }
 
-// The ROUTE_BLOCK form's routing block (poll_top): the route written once every router block's
-// logits are in. routers: the router blocks (the grid's others); ops: the probe's key.
-template <bool PROBE>
-__device__ __forceinline__ void route_block(const RouterArgs& r, unsigned routers, const float (&sc)[4],
-                                            bool sc_early, int ops, ChainProbe<PROBE>& probe) {
-  pdl_wait();  // the route's buffer: kernels before this one read it
-  probe.stamp(kStageWaited);
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x, E = r.E, k = r.k;
-    unsigned long long top[kTopRoute];
-    poll_top(r.poll, E, top);
-    probe.stamp(kStageCounted);
-    probe.add_skew(static_cast<int>(routers), static_cast<int>(routers) - 1);  // its start: the last router block's
-    float mine = 0.0f;
-    int mine_e = 0;
-#pragma unroll
-    for (int j = 0; j < kTopRoute; ++j)
-      if (lane == j) {
-        mine = key_value(static_cast<unsigned>(top[j] >> 32));
-        mine_e = static_cast<int>(min(0xFFFFFFFFu - static_cast<unsigned>(top[j]), static_cast<unsigned>(E - 1)));
-      }
-    route_write<4>(key_value(static_cast<unsigned>(top[0] >> 32)), mine, mine_e, r.scale, k, r.out, sc, sc_early);
-  }
-  probe.stamp(kStageRouted);
-  probe.commit(kProbeRouterPoll, ops);
-}
-
 // PROBE: chain_probe.cuh's stamps (block 0 and the last router block). DIRECT: the router blocks
 // in direct form (d), else they replay rp. SPREAD (with DIRECT): no chain blocks (chains == 0);
 // the router blocks write the chain's rows (sp).
@@ -737,15 +649,13 @@ __device__ __forceinline__ void route_block(const RouterArgs& r, unsigned router
 // reads nothing of) last: each 128-byte line of parameters first read by a block stalls it on a
 // constant-cache miss, and with the plans first the spread form's reads fell on ~8 lines from
 // 0x738 on (ncu's source counters; bench/RESULTS.md, twenty-eighth session). n4: rp.n4.
-// RB (with SPREAD): the grid's last block is route_block's, not a router block.
-template <int TYPE, bool PROBE = false, bool DIRECT = false, bool SPREAD = false, bool RB = false>
+template <int TYPE, bool PROBE = false, bool DIRECT = false, bool SPREAD = false>
 __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(RouterArgs r, RouterDirect d, SpreadChain sp,
                                                                      int n4, int rn_slot, int chains,
                                                                      unsigned* copied,
                                                                      const __grid_constant__ ChainPlan p,
                                                                      const __grid_constant__ ChainPlan rp) {
   static_assert(DIRECT || !SPREAD, "the spread form needs the direct form's sums");
-  static_assert(SPREAD || !RB, "the routing block of its own comes with the spread form");
   extern __shared__ float4 sm[];  // p.slots rows of p.n4 float4s (rp has fewer)
   __shared__ float part[kChainWarps];
   __shared__ float lg[kRouterGroups];
@@ -753,7 +663,7 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(RouterAr
   probe.start();
   // A block that never triggers lets the dependents start when it ends.
   if (!r.chain_trigger_late || static_cast<int>(blockIdx.x) >= chains) pdl_trigger();
-  const unsigned routers = gridDim.x - chains - (RB ? 1 : 0);
+  const unsigned routers = gridDim.x - chains;
   // Whether block 0 rewrites rows that other blocks read (p.held): only then do they count their
   // reads, and block 0 waits for the count. Gemma's graph writes no row that this launch reads.
   const bool hold = p.held != 0;
@@ -792,10 +702,6 @@ __global__ void __launch_bounds__(kChainThreads, 1) chain_router_kernel(RouterAr
     for (int i = 0; i < 4; ++i) sc[i] = threadIdx.x + 32 * i < E ? r.scale[threadIdx.x + 32 * i] : 1.0f;
   }
   if constexpr (SPREAD) {
-    if (RB && blk == static_cast<int>(gridDim.x) - 1) {
-      route_block(r, routers, sc, sc_early, rp.c.count, probe);
-      return;
-    }
     // Warp 0 goes on to store the logits and count as soon as they are in lg; warps 1 .. write the
     // block's share of the chain's rows first, and join router_finish's barrier after.
     direct_router_logits<TYPE, PROBE, true>(d, w, E, e0, n4, nullptr, lg, probe, sp, blk, static_cast<int>(routers));
@@ -1589,11 +1495,7 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
   // block 0's rows, or rp's (the spread form's blocks keep theirs in registers)
   const size_t smem = spreads ? 0 : static_cast<size_t>(std::max(p.slots, rp.slots)) * p.n4 * 16;
   const bool polled = poll && E <= kChainPollExperts && k <= 32;
-  // A/B switch: MARKBASE_CUDA_ROUTE_BLOCK=1 routes in a block of its own (route_block), where the
-  // routing block polls and k <= kTopRoute.
-  static const bool route_block_on = env_flag("MARKBASE_CUDA_ROUTE_BLOCK", false);
-  const bool rb = route_block_on && spreads && polled && k <= kTopRoute && E >= k;
-  const int grid = chains + (no_router ? 0 : (E + kRouterGroups - 1) / kRouterGroups) + (rb ? 1 : 0);
+  const int grid = chains + (no_router ? 0 : (E + kRouterGroups - 1) / kRouterGroups);
   // A/B switch: MARKBASE_CUDA_CHAIN_ROUTER_LATE_TRIGGER=1 starts the next launch (the experts'
   // gate/up, whose dense blocks load their weights before their wait) only once the chain blocks
   // end, not as this launch starts: whether its early blocks slow the chain beside them.
@@ -1606,18 +1508,17 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
     return 1;
   };
   // Float routers only (GGUF files keep the router in F32, Hugging Face directories in BF16).
-  auto typed = [&](auto probe, auto direct, auto spread_form, auto route_own) {
-    constexpr bool P = decltype(probe)::value, D = decltype(direct)::value, S = decltype(spread_form)::value,
-                   RB = decltype(route_own)::value;
-    if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32, P, D, S, RB>);
-    if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16, P, D, S, RB>);
-    return launch(chain_router_kernel<MB_BF16, P, D, S, RB>);
+  auto typed = [&](auto probe, auto direct, auto spread_form) {
+    constexpr bool P = decltype(probe)::value, D = decltype(direct)::value, S = decltype(spread_form)::value;
+    if (w.type == MB_F32) return launch(chain_router_kernel<MB_F32, P, D, S>);
+    if (w.type == MB_F16) return launch(chain_router_kernel<MB_F16, P, D, S>);
+    return launch(chain_router_kernel<MB_BF16, P, D, S>);
   };
   using Yes = std::true_type;
   using No = std::false_type;
   auto forms = [&](auto probe) {
-    if (spreads) return rb ? typed(probe, Yes{}, Yes{}, Yes{}) : typed(probe, Yes{}, Yes{}, No{});
-    return d.on ? typed(probe, Yes{}, No{}, No{}) : typed(probe, No{}, No{}, No{});
+    if (spreads) return typed(probe, Yes{}, Yes{});
+    return d.on ? typed(probe, Yes{}, No{}) : typed(probe, No{}, No{});
   };
   return chain_probe() ? forms(Yes{}) : forms(No{});
 }

@@ -28,6 +28,16 @@ __device__ __forceinline__ void pdl_trigger() {
 // global timer (ns) as it passes pdl_wait(), i.e. when the kernels before it have finished, so the
 // difference of consecutive stamps is a kernel's time on the critical path with programmatic
 // launch on (the profile mode's events turn that off). Buffer: [0] the count, then the stamps.
+// The stamp's slot is taken (an atomic on the count) before the wait, so that its round trip
+// overlaps the wait. Taken after it (until the twenty-ninth session), the atomic's round trip held
+// thread 0 of block 0 at the start of every kernel's work, which lengthens most the launches whose
+// block 0 is on the critical path (the one-block chains, the router's): the traced 26B-A4B step
+// ran 12-17 % slower than the untraced one, and ranked two designs the other way round from it
+// (bench/RESULTS.md, twenty-ninth session). Slots are then in the order the blocks reached their
+// waits, not the kernels' order; the stamps themselves are in the kernels' order (on one stream
+// each wait ends after the kernel before has finished, after that kernel's own wait), so the
+// backend sorts them. Thread 0 of block 0 now needs the pointer before its wait; the load was
+// already issued there.
 // The pointer is a global of each translation unit (no relocatable device code), read by that one
 // thread only, before the wait; each .cu file exports its setter through MB_TRACE_ATTACH. It was
 // a __constant__ read after the wait, which ptxas hoisted above the thread test and the wait into
@@ -35,24 +45,26 @@ __device__ __forceinline__ void pdl_trigger() {
 // source counters, H200: ~3 % of the MoE router launch's warp samples, ~5 % of a row chain's;
 // bench/RESULTS.md, twenty-eighth session). A global load is not speculated that way.
 static __device__ unsigned long long* mb_trace_buf = nullptr;
-__device__ __forceinline__ void trace_stamp(unsigned long long* b) {
-  if (!b) return;
+__device__ __forceinline__ void trace_stamp(unsigned long long* b, unsigned long long slot) {
+  if (!b || slot >= kTraceMax) return;
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  const unsigned long long i = atomicAdd(b, 1ull);
-  if (i < kTraceMax) b[1 + i] = t;
+  b[1 + slot] = t;
 }
 #define MB_TRACE_ATTACH(name) \
   void name(unsigned long long* buf) { cudaMemcpyToSymbol(mb_trace_buf, &buf, sizeof(buf)); }
 
 __device__ __forceinline__ void pdl_wait() {
   unsigned long long* b = nullptr;
-  if ((threadIdx.x | blockIdx.x | blockIdx.y | blockIdx.z) == 0)
+  unsigned long long slot = kTraceMax;
+  if ((threadIdx.x | blockIdx.x | blockIdx.y | blockIdx.z) == 0) {
     b = reinterpret_cast<unsigned long long*>(__ldg(reinterpret_cast<const unsigned long long*>(&mb_trace_buf)));
+    if (b) slot = atomicAdd(b, 1ull);
+  }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-  trace_stamp(b);
+  trace_stamp(b, slot);
 }
 // Reads a word of each 128-byte line that the kernel parameter p (a __grid_constant__ one: read in
 // place, not copied) spans, together, so that the constant cache misses on them overlap here (before

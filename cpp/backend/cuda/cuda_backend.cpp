@@ -394,6 +394,7 @@ class CudaBackend : public Backend {
     }
     CK(cudaMemcpy(h + 1, ptr<unsigned long long>(trace_buf_) + 1, n * sizeof(unsigned long long),
                   cudaMemcpyDeviceToHost));
+    std::sort(h + 1, h + 1 + n);  // slots are taken in the order of the waits' starts (common.cuh)
     size_t k = 0;
     for (const auto& [key, count] : st.traced) {
       double ns = 0.0;

@@ -8,8 +8,9 @@
 #   BUILDS="old=bench/cuda/old.tar" VARIANTS="old:g4-26b-6L new:g4-26b-6L new:g4-26b-6L:MARKBASE_CUDA_CHAIN_SPLIT=0
 #     old:g4-26b-dense-6L new:g4-26b-dense-6L" bash bench/cuda/ab_builds.sh
 # BUILDS: NAME=TARBALL pairs (the working tree is "new"). VARIANTS: BUILD:FILE[:ENV=VAL,ENV=VAL]
-# with FILE one of g4-26b-6L, g4-26b-dense-6L, g4-e4b-6L (6-layer synthetic Q4_0 files).
-# PROBE=0: no chain probe runs. ROUNDS: rounds of the variants (3). TESTS="chain_router or q8_decode": pytest -k of the new build's CUDA tests too.
+# with FILE one of g4-26b-6L, g4-26b-dense-6L, g4-e4b-6L (6-layer synthetic Q4_0 files), g4-26b, g4-26b-dense
+# (the full 30-layer files, ~15 GB each).
+# PROBE=0: no chain probe runs; PROBE=trace: the per-op trace without the probe. ROUNDS: rounds of the variants (3). TESTS="chain_router or q8_decode": pytest -k of the new build's CUDA tests too.
 # Output: $OUT/ab.txt (~150-250 s with two builds; the builds share the 16 cores); each variant's
 # whole per-op trace in $OUT/trace_N.txt.
 set -u
@@ -41,6 +42,9 @@ for f in $files; do
     g4-26b-dense-6L) python3 bench/make_synthetic_gguf.py $M/$f.gguf --preset 26b-a4b --layers 6 --type q4_0 \
                        --dense-equivalent > /dev/null & ;;
     g4-e4b-6L) python3 bench/make_synthetic_gguf.py $M/$f.gguf --preset e4b --layers 6 --type q4_0 > /dev/null & ;;
+    g4-26b) python3 bench/make_synthetic_gguf.py $M/$f.gguf --preset 26b-a4b --type q4_0 > /dev/null & ;;
+    g4-26b-dense) python3 bench/make_synthetic_gguf.py $M/$f.gguf --preset 26b-a4b --type q4_0 \
+                    --dense-equivalent > /dev/null & ;;
     *) echo "unknown file $f" >> "$R"; exit 1 ;;
   esac
 done
@@ -64,14 +68,17 @@ for round in $(seq 1 ${ROUNDS:-3}); do
       "import json,sys;d=json.loads(sys.stdin.readline());print('decode %.4f ms/token' % (1e3/d['decode_tok_s']))" >> "$R"
   done
 done
-if [ "${PROBE:-1}" = 1 ]; then
+if [ "${PROBE:-1}" != 0 ]; then
+  probe_env="MARKBASE_CUDA_CHAIN_PROBE=1 MARKBASE_CUDA_TRACE=1"
+  [ "${PROBE:-1}" = trace ] && probe_env="MARKBASE_CUDA_TRACE=1"  # the probe's own clock reads cost time
   i=0
   for v in $VARIANTS; do
     b=${v%%:*} rest=${v#*:}; f=${rest%%:*}; envs=""; [ "$rest" != "$f" ] && envs=${rest#*:}
     echo "== probe $v" >> "$R"
     i=$((i + 1)); echo "== probe $v" > $OUT/trace_$i.txt  # the whole per-op trace
-    run $b $f "X=1,$envs" MARKBASE_CUDA_CHAIN_PROBE=1 MARKBASE_CUDA_TRACE=1 | tee -a $OUT/trace_$i.txt |
-      grep -E "RowChain|chain probe" >> "$R"
+    run $b $f "X=1,$envs" $probe_env | tee -a $OUT/trace_$i.txt | grep -E "RowChain|chain probe" >> "$R"
+    grep '^{' $OUT/trace_$i.txt | python3 -c \
+      "import json,sys;d=json.loads(sys.stdin.readline());print('traced decode %.4f ms/token' % (1e3/d['decode_tok_s']))" >> "$R"
   done
 fi
 cat "$R"

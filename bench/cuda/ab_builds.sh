@@ -36,17 +36,14 @@ for b in ${BUILDS:-}; do
   PYP[$name]=/tmp/pkg_$name
 done
 files=$(for v in ${VARIANTS:?VARIANTS is required}; do f=${v#*:}; echo ${f%%:*}; done | sort -u)
+# A file's generator arguments from its name: g4-26b or g4-e4b, -dense (the dense comparison
+# model, 26B-A4B only), -6L (6 layers, else the full depth).
 for f in $files; do
-  case $f in
-    g4-26b-6L) python3 bench/make_synthetic_gguf.py $M/$f.gguf --preset 26b-a4b --layers 6 --type q4_0 > /dev/null & ;;
-    g4-26b-dense-6L) python3 bench/make_synthetic_gguf.py $M/$f.gguf --preset 26b-a4b --layers 6 --type q4_0 \
-                       --dense-equivalent > /dev/null & ;;
-    g4-e4b-6L) python3 bench/make_synthetic_gguf.py $M/$f.gguf --preset e4b --layers 6 --type q4_0 > /dev/null & ;;
-    g4-26b) python3 bench/make_synthetic_gguf.py $M/$f.gguf --preset 26b-a4b --type q4_0 > /dev/null & ;;
-    g4-26b-dense) python3 bench/make_synthetic_gguf.py $M/$f.gguf --preset 26b-a4b --type q4_0 \
-                    --dense-equivalent > /dev/null & ;;
-    *) echo "unknown file $f" >> "$R"; exit 1 ;;
-  esac
+  [[ $f =~ ^g4-(26b(-dense)?(-6L)?|e4b-6L)$ ]] || { echo "unknown file $f" >> "$R"; exit 1; }
+  args="--preset $([[ $f == g4-26b* ]] && echo 26b-a4b || echo e4b) --type q4_0"
+  [[ $f == *-dense* ]] && args+=" --dense-equivalent"
+  [[ $f == *-6L ]] && args+=" --layers 6"
+  python3 bench/make_synthetic_gguf.py $M/$f.gguf $args > /dev/null &
 done
 wait
 for b in new ${BUILDS:-}; do
@@ -54,6 +51,9 @@ for b in new ${BUILDS:-}; do
   [ -x "${BIN[$name]}" ] || { echo "build $name failed" >> "$R"; tail -n 30 $OUT/build_$name.log >> "$R"; exit 1; }
 done
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> "$R"
+ms_per_token() {  # the decode figure of the JSON line on stdin
+  grep '^{' | python3 -c "import json,sys;print('%.4f' % (1e3 / json.loads(sys.stdin.readline())['decode_tok_s']))"
+}
 run() {  # run BUILD FILE ENVS [extra env...]: one decode figure (or the probe's lines with extra env)
   local b=$1 f=$2 envs=$3; shift 3
   env ${envs//,/ } "$@" PYTHONPATH=${PYP[$b]} ${BIN[$b]} --model $M/$f.gguf --backend cuda --prompt-tokens 512 \
@@ -64,8 +64,7 @@ for round in $(seq 1 ${ROUNDS:-3}); do
   for v in $VARIANTS; do
     b=${v%%:*} rest=${v#*:}; f=${rest%%:*}; envs=""; [ "$rest" != "$f" ] && envs=${rest#*:}
     printf "%-60s " "$v" >> "$R"
-    run $b $f "X=1,$envs" | grep '^{' | python3 -c \
-      "import json,sys;d=json.loads(sys.stdin.readline());print('decode %.4f ms/token' % (1e3/d['decode_tok_s']))" >> "$R"
+    echo "decode $(run $b $f "X=1,$envs" | ms_per_token) ms/token" >> "$R"
   done
 done
 if [ "${PROBE:-1}" != 0 ]; then
@@ -77,8 +76,11 @@ if [ "${PROBE:-1}" != 0 ]; then
     echo "== probe $v" >> "$R"
     i=$((i + 1)); echo "== probe $v" > $OUT/trace_$i.txt  # the whole per-op trace
     run $b $f "X=1,$envs" $probe_env | tee -a $OUT/trace_$i.txt | grep -E "RowChain|chain probe" >> "$R"
-    grep '^{' $OUT/trace_$i.txt | python3 -c \
-      "import json,sys;d=json.loads(sys.stdin.readline());print('traced decode %.4f ms/token' % (1e3/d['decode_tok_s']))" >> "$R"
+    # The per-op critical-path times of the decode steps (T=1; a step's parts, "[i/n]", not again)
+    # per token (one LM head a step). The traced run's own decode figure is not this: it also holds
+    # the host's read of the stamps after every token.
+    grep 'T=1)' $OUT/trace_$i.txt | grep -v '\[[0-9]*/[0-9]*\]' | awk '{ s += $(NF-2) } /lm_head/ { n = $(NF-1) }
+      END { if (n) printf "trace per-op sum %.4f ms/token (%d steps)\n", s / n, n }' >> "$R"
   done
 fi
 cat "$R"

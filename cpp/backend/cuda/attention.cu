@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kFinishThreads) norm_rope_store_kernel(HeadFin
     ss += x0[i] * x0[i] + x1[i] * x1[i];
   }
   float r = 1.0f;
-  if (part.norm) r = 1.0f / sqrtf(block_sum(ss) / d + part.eps);
+  if (part.norm) r = rms_scale(block_sum(ss), d, part.eps);
   float* y = part.out + static_cast<size_t>(t) * part.os + h * d;
   const size_t off = (static_cast<size_t>(h) * p.c.capacity + cache_slot(p.c, pos)) * d;
 #pragma unroll

@@ -179,10 +179,61 @@ __device__ __forceinline__ float ld_relaxed(const float* p) {
 // folds it in (matvec_q8.cu) compute it here, so that both give the same bits.
 __device__ __forceinline__ float softcap_value(float x, float cap) { return cap * tanhf(x / cap); }
 
+// An RMS norm's scale, 1 / sqrt(ss / n + eps), through the SFU's reciprocal square root and a
+// fast division: within a few ulp of the correctly rounded form (which the CPU backend computes),
+// where that form's IEEE division, square root and reciprocal, each with its slow-path check,
+// were ~40 dependent instructions after every norm's reduction, on the decode chains' critical
+// path. Every CUDA norm takes its scale from here, so the backend's own paths (fused or not,
+// chain or router) agree to the bit.
+// The add is __fadd_rn so that no compiler contracts it with the division's multiply into an FMA
+// in some kernels and not in others (the fused and general chains must give the same bits).
+__device__ __forceinline__ float rms_scale(float ss, float n, float eps) { return rsqrtf(__fadd_rn(__fdividef(ss, n), eps)); }
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
+}
+
+// The warp's sums of N values a lane (N <= 32), by halving exchanges (a reduce-scatter): at each
+// of the first L = log2(P) butterfly steps (P: N rounded up to a power of two) a lane keeps half
+// of its values and sends its partner the other half, so the warp issues P - 1 + 5 - L shuffles
+// where N warp_sums issue 5 N (4 values: 6 against 20). An SM's warps share its shuffle rate (one
+// warp's shuffle a cycle): in the decode products' per-row sums (q8.cuh's warp_partials, many
+// blocks an SM) and the chains' norms this ran a 6-layer 26B-A4B file's decode 2-3 % faster on
+// the H200; in the router's 12-value reduction, 0.5 us a launch slower (bench/RESULTS.md,
+// thirty-first session), so that one keeps a warp_sum a value. Sum
+// i is returned in the lanes l with l >> (5 - L) == i (WarpSums<N>::shift), bit-identical to
+// warp_sum(v[i]): each step adds the same two partial sums, and a butterfly's lanes all end with
+// the same bits (float addition commutes).
+template <int N>
+struct WarpSums {
+  static_assert(N >= 1 && N <= 32, "one to 32 values a lane");
+  static constexpr int L = N <= 1 ? 0 : N <= 2 ? 1 : N <= 4 ? 2 : N <= 8 ? 3 : N <= 16 ? 4 : 5;
+  static constexpr int P = 1 << L;
+  static constexpr int shift = 5 - L;  // sum lane >> shift is in lane; lane % (1 << shift) == 0 writes it
+};
+template <int N>
+__device__ __forceinline__ float warp_sums(const float (&v)[N]) {
+  constexpr int P = WarpSums<N>::P;
+  const int lane = threadIdx.x & 31;
+  float s[P];
+#pragma unroll
+  for (int i = 0; i < P; ++i) s[i] = i < N ? v[i] : 0.0f;
+  int o = 16;
+#pragma unroll
+  for (int c = P; c > 1; c >>= 1, o >>= 1) {
+    const bool hi = lane & o;
+#pragma unroll
+    for (int i = 0; i < c / 2; ++i) {
+      const float keep = hi ? s[i + c / 2] : s[i], send = hi ? s[i] : s[i + c / 2];
+      s[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+    }
+  }
+  float r = s[0];
+#pragma unroll
+  for (; o > 0; o >>= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
+  return r;
 }
 
 __device__ __forceinline__ float warp_max(float v) {

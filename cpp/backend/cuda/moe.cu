@@ -371,7 +371,7 @@ struct DirectScales {
   float ra, hh;
 };
 __device__ __forceinline__ DirectScales direct_scales(const float* tot, float n, float eps_a) {
-  const float ra = 1.0f / sqrtf(tot[0] / n + eps_a);
+  const float ra = rms_scale(tot[0], n, eps_a);
   return {ra, fmaxf(tot[1] + 2.0f * ra * tot[2] + ra * ra * tot[3], 0.0f)};
 }
 
@@ -444,7 +444,7 @@ __device__ __forceinline__ void spread_store(const SpreadChain& s, const SpreadP
 #pragma unroll
   for (int i = 0; i < kSpreadNorms; ++i) {
     if (i >= s.norms) break;
-    const float r = 1.0f / sqrtf(hh / n + s.eps[i]);
+    const float r = rms_scale(hh, n, s.eps[i]);
     const float4 out = mul4(make_float4(h.x * r, h.y * r, h.z * r, h.w * r), p.w[i]);
     if (in) reinterpret_cast<float4*>(s.out[i])[j] = out;
     if (s.q8[i].q) q8_store_float4(out, j, in, s.q8[i]);
@@ -502,7 +502,9 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
   pdl_wait();
   probe.stamp(kStageWaited);
   if constexpr (SPREAD) spread_rows(d, slice);
-  // sum(a^2), sum(x^2), sum(x y), sum(y^2), then P and Q of each group
+  // sum(a^2), sum(x^2), sum(x y), sum(y^2), then P and Q of each group. Reduced one warp_sum each:
+  // one reduce-scatter of the 12 (common.cuh's warp_sums, 16 shuffles a warp against 60; the same
+  // bits) ran this launch 0.5 us slower on the H200 (bench/RESULTS.md, thirty-first session).
   float sum[kDirectSums] = {};
   float4 xr[kChainVec], yr[kChainVec];  // wr x, wr y
   float4 xs[kChainVec], as[kChainVec];
@@ -572,7 +574,7 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
   const float n = 4.0f * n4;
   if (t < kRouterGroups) {
     const DirectScales z = direct_scales(tot, n, d.eps_a);
-    const float rh = 1.0f / sqrtf(z.hh / n + d.eps_r);
+    const float rh = rms_scale(z.hh, n, d.eps_r);
     lg[t] = rh * (tot[4 + 2 * t] + z.ra * tot[5 + 2 * t]);
   }
   __syncthreads();

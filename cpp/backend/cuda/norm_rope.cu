@@ -36,7 +36,7 @@ __global__ void rms_norm_kernel(const float* a, int as, const float* w, int grou
 #pragma unroll 4  // several loads in flight: these small kernels are latency-bound
   for (int j = threadIdx.x; j < G; j += blockDim.x) ss += x[j] * x[j];
   ss = block_sum(ss);
-  const float r = 1.0f / sqrtf(ss / G + eps);
+  const float r = rms_scale(ss, G, eps);
   if constexpr (Q8) {
     for (int j0 = 0; j0 < G; j0 += blockDim.x) {
       const int j = j0 + threadIdx.x;
@@ -127,7 +127,7 @@ __global__ void rms_norm_add_kernel(const float* a, int as, const float* w, int 
 #pragma unroll 4
   for (int j = threadIdx.x; j < n; j += blockDim.x) ss += v[j] * v[j];
   ss = block_sum(ss);
-  const float s = 1.0f / sqrtf(ss / n + eps);
+  const float s = rms_scale(ss, n, eps);
   if constexpr (Q8) {
     for (int j0 = 0; j0 < n; j0 += blockDim.x) {
       const int j = j0 + threadIdx.x;
@@ -163,7 +163,7 @@ __global__ void rms_norm_rope_kernel(const float* a, int as, const float* w, flo
 #pragma unroll 4
   for (int j = threadIdx.x; j < d; j += blockDim.x) ss += x[j] * x[j];
   ss = block_sum(ss);
-  const float r = 1.0f / sqrtf(ss / d + eps);
+  const float r = rms_scale(ss, d, eps);
   const float pos = static_cast<float>(step->pos0 + t);
   for (int j = threadIdx.x; j < half; j += blockDim.x) {
     float x0 = w ? (x[j] * r) * w[j] : x[j] * r;
@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(kRowThreads) rms_norm_rows_kernel(const float*
     v[c] = j < n4 ? A[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     ss += dot4(v[c], v[c]);
   }
-  const float r = 1.0f / sqrtf(block_sum(ss) / n + eps);
+  const float r = rms_scale(block_sum(ss), n, eps);
 #pragma unroll
   for (int c = 0; c < kRowVec; ++c) {
     const int j = t + kRowThreads * c;

@@ -32,15 +32,23 @@ inline int matvec_q8_warps(int K) {
   return forced ? forced : q8_row_warps(K, 2);
 }
 
+// A block's scale and its reciprocal from the block's largest magnitude: one SFU reciprocal
+// (__fdividef) and a multiply, where the IEEE divisions (amax / 127, 127 / amax, each with its
+// slow-path check) were ~20 dependent instructions at the end of every decode row chain, on the
+// critical path. Within an ulp of those; the CPU backend's own quantization (the correctly
+// rounded divisions) is the reference, not bit-matched.
+__device__ __forceinline__ float q8_inv_scale(float amax) { return amax > 0.0f ? __fdividef(127.0f, amax) : 0.0f; }
+__device__ __forceinline__ float q8_scale(float amax) { return amax * (1.0f / 127.0f); }
+
 // Quantizes v into block j / 32 (the 32 lanes of the calling warp hold values j0 .. j0 + 31 of
 // one block, j0 % 32 == 0, lane order); every lane must call, with v = 0 past the end. Lanes
 // with store == false take part in the block's maximum but write nothing.
 __device__ __forceinline__ void q8_store_warp(float v, int j, bool store, const Q8Vec& q) {
   const float amax = warp_max(fabsf(v));
-  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  const float inv = q8_inv_scale(amax);
   if (store) {
     q.q[j] = static_cast<signed char>(__float2int_rn(v * inv));
-    if ((j & 31) == 0) q.d[j >> 5] = amax / 127.0f;
+    if ((j & 31) == 0) q.d[j >> 5] = q8_scale(amax);
   }
 }
 
@@ -53,14 +61,14 @@ __device__ __forceinline__ void q8_store_float4(float4 v, int j, bool store, con
 #pragma unroll
   for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
   if (!store) return;
-  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  const float inv = q8_inv_scale(amax);
   char4 q;
   q.x = static_cast<signed char>(__float2int_rn(v.x * inv));
   q.y = static_cast<signed char>(__float2int_rn(v.y * inv));
   q.z = static_cast<signed char>(__float2int_rn(v.z * inv));
   q.w = static_cast<signed char>(__float2int_rn(v.w * inv));
   reinterpret_cast<char4*>(q8.q)[j] = q;
-  if ((j & 7) == 0) q8.d[j >> 3] = amax / 127.0f;
+  if ((j & 7) == 0) q8.d[j >> 3] = q8_scale(amax);
 }
 
 // A row held as float4s, thread t owning float4 t + THREADS c (c < VEC), quantized (Q8Vec's
@@ -166,11 +174,9 @@ __device__ __forceinline__ float unit_dot(const WUnit& w, const XUnit& x) {
 template <int R, int WARPS>
 __device__ __forceinline__ void warp_partials(const float (&acc)[R], float (&part)[WARPS][R]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const float v = warp_sum(acc[r]);
-    if (lane == 0) part[warp][r] = v;
-  }
+  constexpr int sh = WarpSums<R>::shift;
+  const float v = warp_sums(acc);  // warp_sum of each, in fewer shuffles
+  if ((lane >> sh) < R && (lane & ((1 << sh) - 1)) == 0) part[warp][lane >> sh] = v;
   __syncthreads();
 }
 

@@ -149,7 +149,7 @@ __device__ __forceinline__ void run_chain(const ChainPlan& p, float4* sm, int co
         }
         ++norms;
       }
-      const float r = 1.0f / sqrtf(sums[i] / o.n + o.f);
+      const float r = rms_scale(sums[i], o.n, o.f);
 #pragma unroll
       for (int c = 0; c < kChainVec; ++c) {
         const int j = t + kChainThreads * c;
@@ -400,15 +400,17 @@ __device__ __forceinline__ void fused_sums(const float4 (*v)[kChainVec], int n4,
                                            int& round, float (&tot)[M]) {
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   float* half = &part[round & 1][0][0];
+  float ss[M];
 #pragma unroll
   for (int m = 0; m < M; ++m) {
-    float ss = 0.0f;
+    ss[m] = 0.0f;
 #pragma unroll
     for (int c = 0; c < kChainVec; ++c)
-      if (t + kChainThreads * c < n4) ss += dot4(v[m][c], v[m][c]);
-    ss = warp_sum(ss);
-    if (lane == 0) half[m * kChainWarps + warp] = ss;
+      if (t + kChainThreads * c < n4) ss[m] += dot4(v[m][c], v[m][c]);
   }
+  constexpr int sh = WarpSums<M>::shift;
+  const float r = warp_sums(ss);  // warp_sum of each, in fewer shuffles
+  if ((lane >> sh) < M && (lane & ((1 << sh) - 1)) == 0) half[(lane >> sh) * kChainWarps + warp] = r;
   __syncthreads();
 #pragma unroll
   for (int m = 0; m < M; ++m) {
@@ -477,7 +479,7 @@ __device__ __forceinline__ void run_fused_chain(const FusedChain& f, ChainProbe<
     probe.stamp(kStageLoaded);
 #pragma unroll
     for (int m = 0; m < 2; ++m) {
-      fused_scale_rows(a[m], 1.0f / sqrtf(tot[m] / f.n + f.eps_a[m]), wa[m], f.wa[m] != nullptr);
+      fused_scale_rows(a[m], rms_scale(tot[m], f.n, f.eps_a[m]), wa[m], f.wa[m] != nullptr);
       fused_store(a[m], f.ua[m], n4);
     }
 #pragma unroll
@@ -488,7 +490,7 @@ __device__ __forceinline__ void run_fused_chain(const FusedChain& f, ChainProbe<
     if (f.has_un) {
       float tu[1];
       fused_sums<1>(a, n4, part, round, tu);
-      fused_scale_rows(a[0], 1.0f / sqrtf(tu[0] / f.n + f.eps_u), wu, f.wu != nullptr);
+      fused_scale_rows(a[0], rms_scale(tu[0], f.n, f.eps_u), wu, f.wu != nullptr);
       fused_store(a[0], f.un, n4);
       ++op;
     }
@@ -496,7 +498,7 @@ __device__ __forceinline__ void run_fused_chain(const FusedChain& f, ChainProbe<
     float tot[1];
     fused_sums<1>(a, n4, part, round, tot);
     probe.stamp(kStageLoaded);
-    fused_scale_rows(a[0], 1.0f / sqrtf(tot[0] / f.n + f.eps_a[0]), wa[0], f.wa[0] != nullptr);
+    fused_scale_rows(a[0], rms_scale(tot[0], f.n, f.eps_a[0]), wa[0], f.wa[0] != nullptr);
     fused_store(a[0], f.ua[0], n4);
   }
   probe.stamp(kStageOp0 + op);
@@ -528,7 +530,7 @@ __device__ __forceinline__ void run_fused_chain(const FusedChain& f, ChainProbe<
       float4 v[kChainVec];
 #pragma unroll
       for (int c = 0; c < kChainVec; ++c) v[c] = a[0][c];
-      fused_scale_rows(v, 1.0f / sqrtf(tr[0] / f.n + f.eps_h[k]), wh[k], f.wh[k] != nullptr);
+      fused_scale_rows(v, rms_scale(tr[0], f.n, f.eps_h[k]), wh[k], f.wh[k] != nullptr);
       fused_store(v, f.h[k], n4);
       ++op;
     }

@@ -198,11 +198,11 @@ __device__ __forceinline__ float warp_sum(float v) {
 // The warp's sums of N values a lane (N <= 32), by halving exchanges (a reduce-scatter): at each
 // of the first L = log2(P) butterfly steps (P: N rounded up to a power of two) a lane keeps half
 // of its values and sends its partner the other half, so the warp issues P - 1 + 5 - L shuffles
-// where N warp_sums issue 5 N (4 values: 6 against 20). An SM's warps share its shuffle rate (one
-// warp's shuffle a cycle): in the decode products' per-row sums (q8.cuh's warp_partials, many
-// blocks an SM) and the chains' norms this ran a 6-layer 26B-A4B file's decode 2-3 % faster on
-// the H200; in the router's 12-value reduction, 0.5 us a launch slower (bench/RESULTS.md,
-// thirty-first session), so that one keeps a warp_sum a value. Sum
+// where N warp_sums issue 5 N (4 values: 6 against 20). An SM's warps share its shuffle unit (one
+// warp's shuffle a cycle), so this pays where many warps an SM reduce at once (the LM head's
+// launch, q8.cuh's warp_partials), and costs where a few blocks an SM wait on the exchanges'
+// longer dependent path (the experts' and q/k/v products, the router's 12 sums: 3-14 % slower
+// launches on the H200; bench/RESULTS.md, thirty-first session). Sum
 // i is returned in the lanes l with l >> (5 - L) == i (WarpSums<N>::shift), bit-identical to
 // warp_sum(v[i]): each step adds the same two partial sums, and a butterfly's lanes all end with
 // the same bits (float addition commutes).

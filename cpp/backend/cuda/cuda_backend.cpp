@@ -693,6 +693,14 @@ class CudaBackend : public Backend {
     }
     return false;
   }
+  // Whether the graph's first access to slot s is a read (a value carried from the step before).
+  static bool read_first(const Graph& g, int s) {
+    for (const Op& o : g.ops) {
+      if (o.a == s || o.b == s) return true;
+      if (o.out == s) return false;
+    }
+    return false;
+  }
   // Whether a product after op `from` reads slot s quantized before s is written again.
   bool wants_q8(const Graph& g, size_t from, int s) const {
     if (!fuse_ || !q8_graph(g)) return false;
@@ -1027,6 +1035,16 @@ class CudaBackend : public Backend {
               r.kind = cuda::RowOpKind::Scale;
               r.f = o.kind == OpKind::LastRow ? 1.0f : o.f;
             }
+          }
+          // A row that nothing after the chain reads is not stored (RowOp::keep): in Gemma 4 the
+          // post-norms of the attention output, of the dense MLP's and the experts' outputs, their
+          // sum and its norm, the residual before the layer scalar. The chain's one block stores
+          // each row whole (~11 KB on the 26B-A4B), so the MoE layer's chain after the
+          // feed-forward stored seven rows where three are read.
+          // (Read later also where the graph's next step reads the row before writing it.)
+          for (size_t i = 0; i < chain.size(); ++i) {
+            const int s = g.ops[chain[i]].out;
+            c.op[i].keep = s == g.logits || read_later(g, chain.back(), s) || read_first(g, s);
           }
           // Each output that a later product reads quantized is quantized by the op that writes it
           // last in the chain.

@@ -170,6 +170,8 @@ struct RowOp {
   float f = 0.0f;             // Norm: eps; Scale: factor
   float* out = nullptr;
   Q8Vec q8;                   // if set: out's quantized copy, written too (n % 32 == 0)
+  bool keep = true;           // false: nothing after the chain reads out, so the float row is not
+                              // stored (its 8-bit copy still is, where q8 asks)
 };
 constexpr int kMaxRowOps = 8;
 constexpr int kChainMaxN = 4096;

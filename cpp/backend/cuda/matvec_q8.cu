@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kThreads) matvec_q8_tall_kernel(WeightRef w, i
       if (r < nr) acc[r] += unit_dot<TYPE>(load_w_unit<TYPE, true>(srows + r * w.row_bytes, u), xu);
   }
   __shared__ float part[kThreads / 32][R];
-  warp_partials(acc, part);
+  warp_partials<R, kThreads / 32, true>(acc, part);
   if (static_cast<int>(threadIdx.x) < nr) {
     float sum = 0.0f;
 #pragma unroll

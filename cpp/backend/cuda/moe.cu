@@ -390,7 +390,7 @@ __device__ __forceinline__ DirectScales direct_scales(const float* tot, float n,
 // sum(x^2) / sum(h^2)).
 constexpr int kSpreadNorms = 3;
 struct SpreadChain {
-  float* a_norm;  // op 0's output: norm(a) * wa
+  float* a_norm;  // op 0's output: norm(a) * wa (null: not stored, RowOp::keep; so for each row)
   float* h;       // op 1's output: x + norm(a) * wa
   int norms;      // ops 2 ..: norms of h
   const float* w[kSpreadNorms];  // their weights (null: ones)
@@ -437,16 +437,14 @@ __device__ __forceinline__ void spread_store(const SpreadChain& s, const SpreadP
   const int j = in ? p.j : 0;
   const float4 o = mul4(make_float4(p.a.x * ra, p.a.y * ra, p.a.z * ra, p.a.w * ra), p.wa);
   const float4 h = make_float4(p.x.x + o.x, p.x.y + o.y, p.x.z + o.z, p.x.w + o.w);
-  if (in) {
-    reinterpret_cast<float4*>(s.a_norm)[j] = o;
-    reinterpret_cast<float4*>(s.h)[j] = h;
-  }
+  if (in && s.a_norm) reinterpret_cast<float4*>(s.a_norm)[j] = o;
+  if (in && s.h) reinterpret_cast<float4*>(s.h)[j] = h;
 #pragma unroll
   for (int i = 0; i < kSpreadNorms; ++i) {
     if (i >= s.norms) break;
     const float r = rms_scale(hh, n, s.eps[i]);
     const float4 out = mul4(make_float4(h.x * r, h.y * r, h.z * r, h.w * r), p.w[i]);
-    if (in) reinterpret_cast<float4*>(s.out[i])[j] = out;
+    if (in && s.out[i]) reinterpret_cast<float4*>(s.out[i])[j] = out;
     if (s.q8[i].q) q8_store_float4(out, j, in, s.q8[i]);
   }
 }
@@ -1413,13 +1411,14 @@ SpreadChain chain_spread_form(const RowChain& c0, const RouterDirect& d) {
     for (int k = 0; k < i; ++k)
       if (o[k].out == o[i].out) return sp;
   }
-  sp.a_norm = o[0].out;
-  sp.h = o[1].out;
+  auto kept = [](const RowOp& op) { return op.keep ? op.out : nullptr; };  // null: not stored
+  sp.a_norm = kept(o[0]);
+  sp.h = kept(o[1]);
   for (int i = 2; i < c0.count; ++i) {
     const int k = sp.norms++;
     sp.w[k] = o[i].w;
     sp.eps[k] = o[i].f;
-    sp.out[k] = o[i].out;
+    sp.out[k] = kept(o[i]);
     sp.q8[k] = o[i].q8;
   }
   return sp;

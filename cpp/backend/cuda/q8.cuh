@@ -170,13 +170,25 @@ __device__ __forceinline__ float unit_dot(const WUnit& w, const XUnit& x) {
 
 // The block-wide reduction of R per-thread sums (the 8-bit products keep R rows per block), first
 // step: each warp's sum of acc[r] into part[warp][r], then a barrier. Thread r then adds part[.][r]
-// over the warps in order; each kernel does that last step in its own shape.
-template <int R, int WARPS>
+// over the warps in order; each kernel does that last step in its own shape. SCATTER: the R sums
+// by one reduce-scatter (common.cuh's warp_sums; the same bits) instead of a warp_sum each. On the
+// H200 (6-layer 26B-A4B file, thirty-first session) that ran the LM head's launch 10 % faster
+// (129 -> 117 us a token: many blocks an SM, sharing its shuffle unit) but the experts' and q/k/v
+// products 3-6 % slower (a few blocks an SM, where the exchanges' longer dependent path shows).
+template <int R, int WARPS, bool SCATTER = false>
 __device__ __forceinline__ void warp_partials(const float (&acc)[R], float (&part)[WARPS][R]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  constexpr int sh = WarpSums<R>::shift;
-  const float v = warp_sums(acc);  // warp_sum of each, in fewer shuffles
-  if ((lane >> sh) < R && (lane & ((1 << sh) - 1)) == 0) part[warp][lane >> sh] = v;
+  if constexpr (SCATTER) {
+    constexpr int sh = WarpSums<R>::shift;
+    const float v = warp_sums(acc);
+    if ((lane >> sh) < R && (lane & ((1 << sh) - 1)) == 0) part[warp][lane >> sh] = v;
+  } else {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float v = warp_sum(acc[r]);
+      if (lane == 0) part[warp][r] = v;
+    }
+  }
   __syncthreads();
 }
 

@@ -175,7 +175,7 @@ __device__ __forceinline__ void run_chain(const ChainPlan& p, float4* sm, int co
     }
     float4* out = reinterpret_cast<float4*>(o.out);
     const bool own = owner == blk || (owner == kAllChainBlocks && blk == 0);
-    const bool store = write && own && !((p.held >> p.out[i]) & 1u);
+    const bool store = write && own && o.keep && !((p.held >> p.out[i]) & 1u);
 #pragma unroll
     for (int c = 0; c < kChainVec; ++c) {
       const int j = t + kChainThreads * c;
@@ -299,7 +299,7 @@ inline int chain_split_tail(ChainPlan& p) {
 constexpr int kFusedNorms = 3;
 constexpr int kFusedScales = 2;
 struct FusedOut {
-  float* out;
+  float* out;  // null: not stored (RowOp::keep)
   Q8Vec q8;
 };
 struct FusedChain {
@@ -338,7 +338,7 @@ inline bool fuse_chain(const RowChain& c, FusedChain* out) {
   if (count < 2 || o[0].kind != RowOpKind::Norm) return false;
   f.ops = count;
   f.n = o[0].n;
-  auto fo = [](const RowOp& op) { return FusedOut{op.out, op.q8}; };
+  auto fo = [](const RowOp& op) { return FusedOut{op.keep ? op.out : nullptr, op.q8}; };
   f.na = 1;
   f.a[0] = o[0].a;
   f.wa[0] = o[0].w;
@@ -436,7 +436,7 @@ __device__ __forceinline__ void fused_store(const float4 (&v)[kChainVec], const 
 #pragma unroll
   for (int c = 0; c < kChainVec; ++c) {
     const int j = threadIdx.x + kChainThreads * c;
-    if (j < n4) reinterpret_cast<float4*>(o.out)[j] = v[c];
+    if (o.out && j < n4) reinterpret_cast<float4*>(o.out)[j] = v[c];
   }
   if (o.q8.q) quantize_float4s<kChainThreads>(v, o.q8, n4);
 }

@@ -199,10 +199,13 @@ __device__ __forceinline__ float warp_sum(float v) {
 // of the first L = log2(P) butterfly steps (P: N rounded up to a power of two) a lane keeps half
 // of its values and sends its partner the other half, so the warp issues P - 1 + 5 - L shuffles
 // where N warp_sums issue 5 N (4 values: 6 against 20). An SM's warps share its shuffle unit (one
-// warp's shuffle a cycle), so this pays where many warps an SM reduce at once (the LM head's
-// launch, q8.cuh's warp_partials), and costs where a few blocks an SM wait on the exchanges'
-// longer dependent path (the experts' and q/k/v products, the router's 12 sums: 3-14 % slower
-// launches on the H200; bench/RESULTS.md, thirty-first session). Sum
+// warp's shuffle a cycle), so this pays where the values are ready together and many warps an SM
+// reduce at once (the LM head's launch, its rows staged in shared memory: 10 % faster on the
+// H200). It costs where the values are ready at different times: its first step needs all N,
+// where N warp_sums start as each value is ready, under the loads of the others (the router's
+// 12 sums: its norms' sums come from x and a, its dots wait for its rows; SASS: the first
+// shuffle ~100 instructions later; its launch 14 % slower). The experts' and q/k/v products ran
+// 3-6 % slower with it too, for a reason not settled (bench/RESULTS.md, thirty-first session). Sum
 // i is returned in the lanes l with l >> (5 - L) == i (WarpSums<N>::shift), bit-identical to
 // warp_sum(v[i]): each step adds the same two partial sums, and a butterfly's lanes all end with
 // the same bits (float addition commutes).

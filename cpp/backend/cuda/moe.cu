@@ -500,9 +500,10 @@ __device__ __forceinline__ void direct_router_logits(const RouterDirect& d, cons
   pdl_wait();
   probe.stamp(kStageWaited);
   if constexpr (SPREAD) spread_rows(d, slice);
-  // sum(a^2), sum(x^2), sum(x y), sum(y^2), then P and Q of each group. Reduced one warp_sum each:
-  // one reduce-scatter of the 12 (common.cuh's warp_sums, 16 shuffles a warp against 60; the same
-  // bits) ran this launch 0.5 us slower on the H200 (bench/RESULTS.md, thirty-first session).
+  // sum(a^2), sum(x^2), sum(x y), sum(y^2), then P and Q of each group. Reduced one warp_sum each,
+  // so that the first four reduce while the router rows still land: one reduce-scatter of the 12
+  // (common.cuh's warp_sums, 16 shuffles a warp against 60; the same bits) waits for all of them
+  // and ran this launch 0.5 us slower on the H200 (bench/RESULTS.md, thirty-first session).
   float sum[kDirectSums] = {};
   float4 xr[kChainVec], yr[kChainVec];  // wr x, wr y
   float4 xs[kChainVec], as[kChainVec];

@@ -173,8 +173,8 @@ __device__ __forceinline__ float unit_dot(const WUnit& w, const XUnit& x) {
 // over the warps in order; each kernel does that last step in its own shape. SCATTER: the R sums
 // by one reduce-scatter (common.cuh's warp_sums; the same bits) instead of a warp_sum each. On the
 // H200 (6-layer 26B-A4B file, thirty-first session) that ran the LM head's launch 10 % faster
-// (129 -> 117 us a token: many blocks an SM, sharing its shuffle unit) but the experts' and q/k/v
-// products 3-6 % slower (a few blocks an SM, where the exchanges' longer dependent path shows).
+// (129 -> 117 us a token: many blocks an SM share its shuffle unit) but the experts' and q/k/v
+// products 3-6 % slower (few blocks an SM, each waiting on its own reduction's path; not settled).
 template <int R, int WARPS, bool SCATTER = false>
 __device__ __forceinline__ void warp_partials(const float (&acc)[R], float (&part)[WARPS][R]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

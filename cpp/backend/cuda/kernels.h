@@ -173,6 +173,8 @@ struct RowOp {
   bool keep = true;           // false: nothing after the chain reads out, so the float row is not
                               // stored (its 8-bit copy still is, where q8 asks)
 };
+// Where op's float row is stored: out, or null where keep is false.
+inline float* stored_out(const RowOp& op) { return op.keep ? op.out : nullptr; }
 constexpr int kMaxRowOps = 8;
 constexpr int kChainMaxN = 4096;
 struct RowChain {

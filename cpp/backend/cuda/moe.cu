@@ -1412,14 +1412,13 @@ SpreadChain chain_spread_form(const RowChain& c0, const RouterDirect& d) {
     for (int k = 0; k < i; ++k)
       if (o[k].out == o[i].out) return sp;
   }
-  auto kept = [](const RowOp& op) { return op.keep ? op.out : nullptr; };  // null: not stored
-  sp.a_norm = kept(o[0]);
-  sp.h = kept(o[1]);
+  sp.a_norm = stored_out(o[0]);
+  sp.h = stored_out(o[1]);
   for (int i = 2; i < c0.count; ++i) {
     const int k = sp.norms++;
     sp.w[k] = o[i].w;
     sp.eps[k] = o[i].f;
-    sp.out[k] = kept(o[i]);
+    sp.out[k] = stored_out(o[i]);
     sp.q8[k] = o[i].q8;
   }
   return sp;

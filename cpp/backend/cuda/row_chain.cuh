@@ -338,7 +338,7 @@ inline bool fuse_chain(const RowChain& c, FusedChain* out) {
   if (count < 2 || o[0].kind != RowOpKind::Norm) return false;
   f.ops = count;
   f.n = o[0].n;
-  auto fo = [](const RowOp& op) { return FusedOut{op.keep ? op.out : nullptr, op.q8}; };
+  auto fo = [](const RowOp& op) { return FusedOut{stored_out(op), op.q8}; };
   f.na = 1;
   f.a[0] = o[0].a;
   f.wa[0] = o[0].w;

@@ -11,9 +11,9 @@
 # with FILE one of g4-26b-6L, g4-26b-dense-6L, g4-e4b-6L (6-layer synthetic Q4_0 files), g4-26b, g4-26b-dense
 # (the full 30-layer files, ~15 GB each).
 # PROBE=0: no chain probe runs; PROBE=trace: the per-op trace without the probe. ROUNDS: rounds of the variants (3). TESTS="chain_router or q8_decode": pytest -k of the new build's CUDA tests too.
-# Output: $OUT/ab.txt (~150-250 s with two builds; the builds share the 16 cores), ending with the
-# traced passes' per-op table (us a call, one column a variant); every variant's whole per-op
-# trace in $OUT/traces.txt (one file: the run tool brings back only so many files).
+# Output: $OUT/ab.txt (~150-250 s with two builds; the builds share the 16 cores), ending with each
+# traced pass's per-op sum and the per-op table (us a call, one column a variant); every variant's
+# whole per-op trace in $OUT/traces.txt (one file: the run tool brings back only so many files).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 R=$OUT/ab.txt
@@ -77,26 +77,29 @@ if [ "${PROBE:-1}" != 0 ]; then
     echo "== probe $v" >> "$R"
     i=$((i + 1)); echo "== probe $v" > $T/trace_$i.txt  # the whole per-op trace
     run $b $f "X=1,$envs" $probe_env | tee -a $T/trace_$i.txt | grep -E "RowChain|chain probe" >> "$R"
-    # The per-op critical-path times of the decode steps (T=1; a step's parts, "[i/n]", not again)
-    # per token (one LM head a step). The traced run's own decode figure is not this: it also holds
-    # the host's read of the stamps after every token.
-    grep 'T=1)' $T/trace_$i.txt | grep -v '\[[0-9]*/[0-9]*\]' | awk '{ s += $(NF-2) } /lm_head/ { n = $(NF-1) }
-      END { if (n) printf "trace per-op sum %.4f ms/token (%d steps)\n", s / n, n }' >> "$R"
   done
   cat $T/trace_*.txt > $OUT/traces.txt
-  # Each decode op's us a call (the trace's last column), one column a variant in VARIANTS' order
+  # One pass over the traces: each variant's per-op sum, the critical-path ms of the decode steps'
+  # ops (T=1; a step's parts, "[i/n]", not again) per token (one LM head a step; the traced run's
+  # own decode figure is not this: it also holds the host's read of the stamps after every token),
+  # then each decode op's us a call (the trace's last column), one column a variant in VARIANTS' order.
   python3 - $T/trace_*.txt >> "$R" <<'PY'
 import re, sys
 files = sorted(sys.argv[1:], key=lambda f: int(re.search(r"(\d+)\.txt$", f).group(1)))
 cols, ops = [], []
 for f in files:
-    col = {}
-    for line in open(f):
+    col, ms, steps = {}, 0.0, 0
+    lines = open(f).read().splitlines()
+    for line in lines:
         m = re.match(r"\[cuda trace\] (.*\(T=1\).*?)\s+([\d.]+)\s+(\d+)\s+([\d.]+)$", line.rstrip())
         if m:
             col[m.group(1)] = m.group(4)
             if m.group(1) not in ops: ops.append(m.group(1))
+            if not re.search(r"\[\d+/\d+\]", m.group(1)): ms += float(m.group(2))
+            if "lm_head" in m.group(1): steps = int(m.group(3))
     cols.append(col)
+    if steps:
+        print("trace per-op sum %.4f ms/token (%d steps)  %s" % (ms / steps, steps, lines[0]))
 print("per-op us a call, variants 1..%d in VARIANTS' order:" % len(cols))
 for op in ops:
     print("  ".join("%8s" % c.get(op, "-") for c in cols), " ", op)

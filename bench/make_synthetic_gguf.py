@@ -44,7 +44,7 @@ Tensor types (as `llama-quantize --pure`, then llama.cpp's own shape fallback)
 ---------------------------------------------------------------------------------
 Every 2-D/3-D weight whose name ends in ".weight" gets --type, except what llama.cpp never
 quantizes: norms, rope_freqs, layer_output_scale, ffn_gate_inp.scale, ffn_down_exps.scale (F32),
-ffn_gate_inp.weight (the router, F32) and per_layer_model_proj (F16; F32/BF16 when --type is).
+ffn_gate_inp.weight (the router, F32 unless a --tensor-type names it) and per_layer_model_proj (F16; F32/BF16 when --type is).
 token_embd (also the output matrix) and per_layer_token_embd get --embd-type (default: --type;
 llama.cpp's non-pure mixes would use Q6_K for the tied token_embd).
 When a row length (ne0) is not a multiple of the type's block size, the type falls back exactly as
@@ -689,7 +689,7 @@ def build_specs(s: Shape, wtype: str, embd_type: str, std: float, logit_std: flo
         if s.n_experts and not s.dense_equivalent:
             E, Ie = s.n_experts, s.expert_ffn
             # router input: rmsnorm(r) * scale / sqrt(H), norm ~1 -> logits std = weight std
-            specs.append(TensorSpec(p + "ffn_gate_inp.weight", (E, H), "f32", "matrix", 2.5))
+            mat(p + "ffn_gate_inp.weight", (E, H), t="f32", sd=2.5)  # F32 unless --tensor-type says
             vec(p + "ffn_gate_inp.scale", H)
             vec(p + "pre_ffw_norm_2.weight", H)
             vec(p + "post_ffw_norm_1.weight", H)

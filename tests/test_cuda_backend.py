@@ -294,6 +294,25 @@ def test_gemma4_26b_a4b_shape(need_cuda, tmp_path, qtype):
         path.unlink(missing_ok=True)
 
 
+@pytest.mark.parametrize("router", ["f32", "q8_0"])
+def test_prefill_router_split_k(need_cuda, tmp_path, router):
+    """The MoE router's product in prefill (128 outputs: too few for a grid of tiles) runs split
+    over runs of its 2816 columns, each run's partial tile summed in order by a second launch
+    (matmul.cu's matmul_split_k). A 300-token prompt in one chunk (5 tiles of 64 rows, the last
+    part-filled) and in chunks of 7 (one tile, 7 rows), against the CPU's precise mode, with the
+    file's F32 router and with a Q8_0 one (a block type through the same tiles). F32 caches: with
+    f16 ones, 2 of the 300 rows differ by 7e-2 on the H200 with the split or without it (a value
+    rounded to f16 the other way flips a near-tied expert); with F32 caches every row is within
+    1e-5 both ways."""
+    path, summary, rng = _synthetic(tmp_path, f"26b-router-{router}", preset="26b-a4b", layers=2, vocab=4096,
+                                    qtype="q4_0", tensor_types=[f"ffn_gate_inp={router}"])
+    try:
+        _check_gguf(path, summary, rng, 300, 300, kv="f32")
+        _check_gguf(path, summary, rng, 40, 7, kv="f32")
+    finally:
+        path.unlink(missing_ok=True)
+
+
 # Default mode decodes on 8-bit activations (cpp/backend/cuda/q8.cuh, as llama.cpp's MMVQ does),
 # so its logits differ from the float32 reference by the activations' rounding: a looser bound.
 # In the MoE model that rounding also flips a few near-tied expert choices (the H200 measured

@@ -40,6 +40,8 @@
 //    a float4 at a time where aligned (moe.cu's router_row4; bit-identical).
 //    MARKBASE_CUDA_PROBE_NO_ROUTER=1 (timing only, wrong results): chain_router without its router
 //    blocks.
+//    MARKBASE_CUDA_SPLIT_K=0: prefill products with few outputs (the MoE router) on the
+//    matrix-vector kernel instead of cuda::matmul_split_k (an A/B switch; float32 either way).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -206,6 +208,7 @@ struct GraphState {
   DevPtr prefill_q8;           // prefill in default mode: one slot's rows, quantized (int8 products),
   cuda::Q8Vec prefill_q8v;     // row r's codes at r * K, its scales at r * K / 32
   DevPtr matmul_scratch;       // prefill int8 products: split-K parts and tile counters
+  DevPtr split_k;              // cuda::matmul_split_k's partial tiles
   cuda::MatmulQ8Scratch matmul_scratch_v;
   DevPtr router_counter;       // cuda::moe_router's count of finished blocks (cuda::chain_router: two counts)
   DevPtr router_poll;          // cuda::chain_router's poll buffer (not with MARKBASE_CUDA_ROUTER_POLL=0)
@@ -260,6 +263,7 @@ class CudaBackend : public Backend {
     streams_ = env_flag("MARKBASE_CUDA_STREAMS", true) && !trace_;  // the trace is one stream's order
     int8_prefill_ = env_flag("MARKBASE_CUDA_INT8_PREFILL", true) && !opt_.precise;
     attn_tc_ = env_flag("MARKBASE_CUDA_ATTN_TC", true);
+    split_k_ = env_flag("MARKBASE_CUDA_SPLIT_K", true);
     int major = 0;
     CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
     cuda::programmatic_launch = major >= 9 && env_flag("MARKBASE_CUDA_PDL", true) && !profile_;
@@ -652,6 +656,12 @@ class CudaBackend : public Backend {
       st->matmul_scratch = dev_alloc(mmq);  // zeroed: the tile counters start at 0
       st->matmul_scratch_v = {st->matmul_scratch.get(), mmq};
     }
+    // The split-K products' partial tiles (narrow_product): the most any of them needs.
+    size_t split_k = 0;
+    for (const Op& op : g.ops)
+      if (narrow_product(g, op))
+        split_k = std::max(split_k, cuda::matmul_split_k_floats(op.n, g.rows(op.out), static_cast<int>(op.w->cols())));
+    if (split_k) st->split_k = dev_alloc(split_k * sizeof(float));
     st->router_counter = dev_alloc(2 * sizeof(unsigned));
     if (router_poll_) {
       st->router_poll = dev_alloc(cuda::kChainPollExperts * sizeof(float));
@@ -741,6 +751,11 @@ class CudaBackend : public Backend {
 
   // --- 8-bit activations in prefill (default mode): products of Q4_0 / Q8_0 weights on many rows
   // run on the int8 tensor cores (matmul_q8.cu) from a quantized copy of their input slot.
+  // A prefill product with few outputs that no other path takes: cuda::matmul_split_k.
+  bool narrow_product(const Graph& g, const Op& op) const {
+    return split_k_ && op.kind == OpKind::MatMul && op.w && g.rows(op.out) > kDecodeRows && op.n <= kNarrowRows &&
+           !int8_matmul(g, op);
+  }
   bool int8_matmul(const Graph& g, const Op& op) const {
     return int8_prefill_ && op.kind == OpKind::MatMul && g.rows(op.out) > kDecodeRows && op.n > kNarrowRows &&
            cuda::has_q8_dot(static_cast<int>(op.w->type)) && op.w->cols() % 32 == 0;
@@ -1203,13 +1218,14 @@ class CudaBackend : public Backend {
             const int K = static_cast<int>(op.w->cols());
             const cuda::MatmulQ8Jobs jobs = prefill_jobs(g, st, oi, done);
             kernels += cuda::matmul_q8_jobs(cur_, jobs, need_prefill_q8(op.a, K), K, rows, st.matmul_scratch_v);
-          } else if (rows <= kDecodeRows || op.n <= kNarrowRows) {
-            // Few rows, or few outputs: the MoE router in prefill (128 float32 rows), where the
-            // tiled matmul would run one column of 8 blocks (259 us a layer for 256 tokens on the
-            // H200); the matrix-vector kernel reads each weight once per 4 tokens over the whole
-            // GPU (125 us a layer for 512 tokens; a tiled 8-token x 128-row kernel took 235 us on
-            // 64 blocks, see RESULTS.md).
+          } else if (rows <= kDecodeRows || (op.n <= kNarrowRows && !split_k_)) {
             kernels += cuda::matvec(cur_, wref(op.w), op.n, a, as, rows, out, os);
+          } else if (op.n <= kNarrowRows) {
+            // Few outputs: the MoE router in prefill (128 float32 rows), where the tiled matmul
+            // would run one column of 8 blocks (259 us a layer for 256 tokens on the H200) and the
+            // matrix-vector kernel, reading each weight once per 4 tokens, took 102-125 us a layer
+            // for 512 tokens (RESULTS.md). Split over runs of K, the tiles fill the GPU.
+            kernels += cuda::matmul_split_k(cur_, wref(op.w), op.n, a, as, rows, out, os, ptr<float>(st.split_k));
           } else {
             kernels += cuda::matmul(cur_, wref(op.w), op.n, a, as, rows, out, os, opt_.precise);
           }
@@ -1356,6 +1372,7 @@ class CudaBackend : public Backend {
   bool chain_spread_ = true;  // MARKBASE_CUDA_CHAIN_SPREAD=0: chain_router keeps its chain blocks
   bool streams_ = true;  // MARKBASE_CUDA_STREAMS=0: every step on one stream
   bool attn_tc_ = true;  // default-mode prefill attention on the tensor cores (attention_tc.cu)
+  bool split_k_ = true;  // MARKBASE_CUDA_SPLIT_K=0: narrow prefill products on the matrix-vector kernel
   bool capturing_ = false;           // encode() is recording into a CUDA graph
   const GraphState* timing_ = nullptr;  // profiling: the run whose op timers wait() reads
   bool trace_ = false;                  // MARKBASE_CUDA_TRACE: the critical-path timeline (common.cuh)

@@ -105,6 +105,11 @@ struct Grouped {
 constexpr int kMatmulBM = 64;     // token rows per tile (MoE tiles hold at most this many)
 int matmul(cudaStream_t s, const WeightRef& w, int N, const float* a, int a_stride, int M, float* out,
            int out_stride, bool precise, const Grouped* grouped = nullptr);
+// Few outputs (the MoE router in prefill: 128 float32 rows): the same product split over runs of
+// K into scratch (matmul_split_k_floats floats), then summed in order; float32 FMA in either mode.
+size_t matmul_split_k_floats(int N, int M, int K);
+int matmul_split_k(cudaStream_t s, const WeightRef& w, int N, const float* a, int a_stride, int M, float* out,
+                   int out_stride, float* scratch);
 
 // --- matmul_q8.cu: the same on quantized activation rows (quantize_q8 with q_stride = a_stride)
 // and the int8 tensor cores, for weights of a has_q8_dot() type (default mode). a_stride: bytes of

@@ -9,7 +9,13 @@
 //    uses because its fragments are portable to the PTX target as well.
 // The grouped form serves MoE prefill: a device tile list (built by moe.cu) says which expert and
 // which run of the expert-sorted token entries each tile covers; tiles past the list's length exit.
+// The split-K form (matmul_split_k) serves products with few outputs, the MoE router in prefill
+// (128 float32 rows): there one column of tiles would give the GPU a handful of blocks, so each
+// block takes a run of K instead, writes its partial tile to a scratch buffer, and a second launch
+// sums the runs in order (the same bits on every run, unlike atomics).
 #include <mma.h>
+
+#include <algorithm>
 
 #include "backend/cuda/matmul_tiles.cuh"
 #include "backend/cuda/matvec.cuh"
@@ -33,6 +39,8 @@ struct Args {
   float* out;
   int out_stride;
   Grouped g;
+  int k_chunk;          // columns a block (a multiple of BK); K when not split
+  size_t split_stride;  // floats between split z's output tiles (0: not split)
 };
 
 __device__ __forceinline__ float4 load_a4(const float* row, int k, int K, bool vec) {
@@ -52,6 +60,8 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Args p) {
   TileRows tr;
   if (!tr.init(p.w, p.g, p.M, BM)) return;
   const int tid = threadIdx.x, K = p.w.K, n0 = blockIdx.x * BN;
+  const int k_begin = blockIdx.z * p.k_chunk, k_end = min(K, k_begin + p.k_chunk);
+  float* const out = p.out + blockIdx.z * p.split_stride;
   const bool vec = (p.a_stride & 3) == 0;
   // Each thread loads 2 float4 of the A tile and 4 of the W tile per step; their rows are fixed.
   const float* arow[2];
@@ -80,7 +90,7 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Args p) {
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
     for (int i = 0; i < 2; ++i)
       for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
-    for (int k0 = 0; k0 < K; k0 += BK) {
+    for (int k0 = k_begin; k0 < k_end; k0 += BK) {
       for (int r = 0; r < 2; ++r) {
         const float4 v = load_a4(arow[r], k0 + ak[r], K, vec);
         __half* d = As + am[r] * (BK + kPadH) + ak[r];
@@ -114,7 +124,7 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Args p) {
     for (int idx = tid; idx < BM * BN; idx += kThreads) {
       const int m = idx / BN, n = idx % BN;
       const int orow = tr.o_row(m);
-      if (orow >= 0 && n0 + n < p.N) p.out[static_cast<size_t>(orow) * p.out_stride + n0 + n] = Cs[m * (BN + kPadC) + n];
+      if (orow >= 0 && n0 + n < p.N) out[static_cast<size_t>(orow) * p.out_stride + n0 + n] = Cs[m * (BN + kPadC) + n];
     }
   } else {
     float* As = reinterpret_cast<float*>(smem);  // [BK][BM], k-major: a thread reads 4 rows as a float4
@@ -123,7 +133,7 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Args p) {
     float acc[4][8];
     for (int i = 0; i < 4; ++i)
       for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
-    for (int k0 = 0; k0 < K; k0 += BK) {
+    for (int k0 = k_begin; k0 < k_end; k0 += BK) {
       for (int r = 0; r < 2; ++r) {
         const float4 v = load_a4(arow[r], k0 + ak[r], K, vec);
         As[(ak[r] + 0) * BM + am[r]] = v.x; As[(ak[r] + 1) * BM + am[r]] = v.y;
@@ -152,18 +162,55 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(Args p) {
     for (int i = 0; i < 4; ++i) {
       const int orow = tr.o_row(tm * 4 + i);
       if (orow < 0) continue;
-      float* o = p.out + static_cast<size_t>(orow) * p.out_stride;
+      float* o = out + static_cast<size_t>(orow) * p.out_stride;
       for (int j = 0; j < 8; ++j)
         if (n0 + tn + 16 * j < p.N) o[n0 + tn + 16 * j] = acc[i][j];
     }
   }
 }
 
+// out[m, n] = the sum over z < splits of part[z * stride + m * N + n], z in order.
+__global__ void sum_splits_kernel(const float* part, int splits, size_t stride, int M, int N, float* out,
+                                  int out_stride) {
+  pdl_entry();
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= M * N) return;
+  float s = 0.0f;
+  for (int z = 0; z < splits; ++z) s += part[z * stride + i];
+  out[static_cast<size_t>(i / N) * out_stride + i % N] = s;
+}
+
+// Runs of K (whole BK steps each) for an M x N product: about one wave of blocks (the float32
+// tile kernel's 96 registers a thread fit 2 blocks an SM), at least one step a run.
+int split_chunk(int N, int M, int K) {
+  const int tiles = static_cast<int>(MB_BLOCKS(N, BN) * MB_BLOCKS(M, BM));
+  const int steps = static_cast<int>(MB_BLOCKS(K, BK));
+  const int splits = std::max(1, std::min(steps, (2 * sm_count() + tiles - 1) / tiles));
+  return static_cast<int>(MB_BLOCKS(steps, splits)) * BK;
+}
+
 }  // namespace
+
+size_t matmul_split_k_floats(int N, int M, int K) {
+  return static_cast<size_t>(MB_BLOCKS(K, split_chunk(N, M, K))) * M * N;
+}
+
+int matmul_split_k(cudaStream_t s, const WeightRef& w, int N, const float* a, int a_stride, int M, float* out,
+                   int out_stride, float* scratch) {
+  const int K = w.K, chunk = split_chunk(N, M, K), splits = static_cast<int>(MB_BLOCKS(K, chunk));
+  const size_t stride = static_cast<size_t>(M) * N;
+  Args p{w, N, a, a_stride, M, scratch, N, Grouped{}, chunk, stride};
+  const dim3 grid(MB_BLOCKS(N, BN), MB_BLOCKS(M, BM), splits);
+#define MB_MATMUL(TY) enqueue(matmul_kernel<false, TY>, grid, kThreads, 0, s, p); break;
+  MB_TYPE_DISPATCH(w.type, MB_MATMUL)
+#undef MB_MATMUL
+  enqueue(sum_splits_kernel, MB_BLOCKS(M * N, 256), 256, 0, s, scratch, splits, stride, M, N, out, out_stride);
+  return 2;
+}
 
 int matmul(cudaStream_t s, const WeightRef& w, int N, const float* a, int a_stride, int M, float* out,
            int out_stride, bool precise, const Grouped* grouped) {
-  Args p{w, N, a, a_stride, M, out, out_stride, grouped ? *grouped : Grouped{}};
+  Args p{w, N, a, a_stride, M, out, out_stride, grouped ? *grouped : Grouped{}, w.K, 0};
   const int tiles_m = grouped ? grouped->max_tiles : static_cast<int>(MB_BLOCKS(M, BM));
   const dim3 grid(MB_BLOCKS(N, BN), tiles_m);
 #define MB_MATMUL(TY)                                                  \

@@ -751,14 +751,14 @@ class CudaBackend : public Backend {
 
   // --- 8-bit activations in prefill (default mode): products of Q4_0 / Q8_0 weights on many rows
   // run on the int8 tensor cores (matmul_q8.cu) from a quantized copy of their input slot.
+  bool int8_matmul(const Graph& g, const Op& op) const {
+    return int8_prefill_ && op.kind == OpKind::MatMul && g.rows(op.out) > kDecodeRows && op.n > kNarrowRows &&
+           cuda::has_q8_dot(static_cast<int>(op.w->type)) && op.w->cols() % 32 == 0;
+  }
   // A prefill product with few outputs that no other path takes: cuda::matmul_split_k.
   bool narrow_product(const Graph& g, const Op& op) const {
     return split_k_ && op.kind == OpKind::MatMul && op.w && g.rows(op.out) > kDecodeRows && op.n <= kNarrowRows &&
            !int8_matmul(g, op);
-  }
-  bool int8_matmul(const Graph& g, const Op& op) const {
-    return int8_prefill_ && op.kind == OpKind::MatMul && g.rows(op.out) > kDecodeRows && op.n > kNarrowRows &&
-           cuda::has_q8_dot(static_cast<int>(op.w->type)) && op.w->cols() % 32 == 0;
   }
   // Prefill: int8 product oi and the later ones that share its launch (batch_products), as the
   // launch's jobs; marks them done.

@@ -1218,14 +1218,14 @@ class CudaBackend : public Backend {
             const int K = static_cast<int>(op.w->cols());
             const cuda::MatmulQ8Jobs jobs = prefill_jobs(g, st, oi, done);
             kernels += cuda::matmul_q8_jobs(cur_, jobs, need_prefill_q8(op.a, K), K, rows, st.matmul_scratch_v);
-          } else if (rows <= kDecodeRows || (op.n <= kNarrowRows && !split_k_)) {
-            kernels += cuda::matvec(cur_, wref(op.w), op.n, a, as, rows, out, os);
-          } else if (op.n <= kNarrowRows) {
+          } else if (narrow_product(g, op)) {
             // Few outputs: the MoE router in prefill (128 float32 rows), where the tiled matmul
             // would run one column of 8 blocks (259 us a layer for 256 tokens on the H200) and the
             // matrix-vector kernel, reading each weight once per 4 tokens, took 102-125 us a layer
             // for 512 tokens (RESULTS.md). Split over runs of K, the tiles fill the GPU.
             kernels += cuda::matmul_split_k(cur_, wref(op.w), op.n, a, as, rows, out, os, ptr<float>(st.split_k));
+          } else if (rows <= kDecodeRows || op.n <= kNarrowRows) {
+            kernels += cuda::matvec(cur_, wref(op.w), op.n, a, as, rows, out, os);
           } else {
             kernels += cuda::matmul(cur_, wref(op.w), op.n, a, as, rows, out, os, opt_.precise);
           }

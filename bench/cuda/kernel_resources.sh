@@ -5,7 +5,8 @@
 # Why: a kernel's registers set how many of its blocks share an SM (gate_up_dense_kernel at 56
 # registers fits 12 blocks of 3 warps, at 66 only 9), and a stack frame means local memory. In the
 # thirty-second session a build whose gate/up kernels had a never-entered stack frame ran every
-# decode op slower (bench/RESULTS.md); whether the stack frame was the cause is not yet measured.
+# decode op slower; the thirty-third measured such a stack frame alone and found it costs nothing
+# measurable (bench/RESULTS.md), so that build's slowness had another cause.
 set -euo pipefail
 only_stack=0
 [ "${1:-}" = --stack ] && only_stack=1

@@ -44,12 +44,24 @@ if has llama && [ -f .gpu/llama.cpp-src.tar.gz ]; then
     echo "llama build rc=$?" > /tmp/llama/done ) &
 fi
 
+# QUANT: the files' weight types. q4_0 (the issue's figures), or q4_k_m: llama-quantize's Q4_K_M
+# mix as the generator approximates it (Q4_K; Q6_K for attn_v and the tied embedding/head; Q5_0
+# where a row's length is not a multiple of 256, as llama.cpp falls back). Any other generator
+# --type name works too. VARIANT_ROWS=0 skips the 26B file's switch rows (sampling, host routing,
+# no graph, no PDL, one stream).
+QUANT=${QUANT:-q4_0}
+case $QUANT in
+  q4_k_m) QARGS="--type q4_k --embd-type q6_k --tensor-type attn_v=q6_k" ;;
+  *) QARGS="--type $QUANT" ;;
+esac
+F26=$M/g4-26b-$QUANT.gguf FDENSE=$M/g4-26b-dense-$QUANT.gguf FE4B=$M/g4-e4b-$QUANT.gguf
+
 # synthetic models in the background (the generator streams; one core each)
 if has bench; then
-  ( python3 bench/make_synthetic_gguf.py $M/g4-26b-q4_0.gguf --preset 26b-a4b --type q4_0 > $M/gen26.log 2>&1
+  ( python3 bench/make_synthetic_gguf.py $F26 --preset 26b-a4b $QARGS > $M/gen26.log 2>&1
     echo done > $M/gen26.done ) &
-  ( python3 bench/make_synthetic_gguf.py $M/g4-26b-dense-q4_0.gguf --preset 26b-a4b --type q4_0 --dense-equivalent > $M/gendense.log 2>&1
-    python3 bench/make_synthetic_gguf.py $M/g4-e4b-q4_0.gguf --preset e4b --type q4_0 > $M/gene4b.log 2>&1
+  ( python3 bench/make_synthetic_gguf.py $FDENSE --preset 26b-a4b $QARGS --dense-equivalent > $M/gendense.log 2>&1
+    python3 bench/make_synthetic_gguf.py $FE4B --preset e4b $QARGS > $M/gene4b.log 2>&1
     echo done > $M/gen2.done ) &
 fi
 
@@ -176,44 +188,46 @@ fi
 # While llama.cpp builds (its compile jobs share the CPU, so only relative figures): the dense
 # model with the fusions and batched products off, and on.
 if has tune && wait_for $M/gen2.done; then
-  mb tune_dense_nofuse $M/g4-26b-dense-q4_0.gguf 512 64 MARKBASE_CUDA_FUSE=0
-  mb tune_dense_default $M/g4-26b-dense-q4_0.gguf 512 64
+  mb tune_dense_nofuse $FDENSE 512 64 MARKBASE_CUDA_FUSE=0
+  mb tune_dense_default $FDENSE 512 64
 fi
 
 # MarkBase is measured after the llama.cpp build, so that its compile jobs do not share the CPU
 # with the decode loop's host side.
 if has llama && [ -f .gpu/llama.cpp-src.tar.gz ]; then wait_for /tmp/llama/done; log "llama.cpp built"; fi
 if has bench && wait_for $M/gen26.done; then
-  log "26B file: $(ls -la $M/g4-26b-q4_0.gguf)"
-  mb 26b_p512 $M/g4-26b-q4_0.gguf 512 128
-  mb 26b_p4096 $M/g4-26b-q4_0.gguf 4096 64
+  log "26B file: $(ls -la $F26)"
+  mb 26b_p512 $F26 512 128
+  mb 26b_p4096 $F26 4096 64
   # decode with sampling (on the device) instead of the arg-max: what a chat user runs; llama-bench
   # does not sample at all, so compare this row with 26b_p512, not with llama.cpp
-  MBARGS="$SAMPLED" mb 26b_p512_sampled $M/g4-26b-q4_0.gguf 512 64
-  mb 26b_p512_hostrouting $M/g4-26b-q4_0.gguf 512 64 MARKBASE_CUDA_HOST_ROUTING=1
-  mb 26b_p512_nograph $M/g4-26b-q4_0.gguf 512 64 MARKBASE_CUDA_GRAPH=0
-  mb 26b_p512_nopdl $M/g4-26b-q4_0.gguf 512 64 MARKBASE_CUDA_PDL=0
-  mb 26b_p512_onestream $M/g4-26b-q4_0.gguf 512 64 MARKBASE_CUDA_STREAMS=0
+  if [ "${VARIANT_ROWS:-1}" = 1 ]; then
+  MBARGS="$SAMPLED" mb 26b_p512_sampled $F26 512 64
+  mb 26b_p512_hostrouting $F26 512 64 MARKBASE_CUDA_HOST_ROUTING=1
+  mb 26b_p512_nograph $F26 512 64 MARKBASE_CUDA_GRAPH=0
+  mb 26b_p512_nopdl $F26 512 64 MARKBASE_CUDA_PDL=0
+  mb 26b_p512_onestream $F26 512 64 MARKBASE_CUDA_STREAMS=0
+  fi
   # an A/B switch on the full file, same call: AB_ENV="MARKBASE_CUDA_MOE_STAGED=0"
-  [ -n "${AB_ENV:-}" ] && mb 26b_p512_ab $M/g4-26b-q4_0.gguf 512 128 $AB_ENV
+  [ -n "${AB_ENV:-}" ] && mb 26b_p512_ab $F26 512 128 $AB_ENV
   # per-op-kind GPU time (eager launches timed with events; printed to bench.err)
-  has profile && mb 26b_profile $M/g4-26b-q4_0.gguf 512 32 MARKBASE_CUDA_PROFILE=1
+  has profile && mb 26b_profile $F26 512 32 MARKBASE_CUDA_PROFILE=1
   # A/B of the prefill paths: the f16 tiles instead of the int8 tensor cores, the float32
   # attention kernel instead of the tensor-core one
   if has ab; then
-    mb 26b_p512_f16tiles $M/g4-26b-q4_0.gguf 512 16 MARKBASE_CUDA_INT8_PREFILL=0
-    mb 26b_p4096_f16tiles $M/g4-26b-q4_0.gguf 4096 16 MARKBASE_CUDA_INT8_PREFILL=0
-    mb 26b_p4096_attn_f32 $M/g4-26b-q4_0.gguf 4096 16 MARKBASE_CUDA_ATTN_TC=0
+    mb 26b_p512_f16tiles $F26 512 16 MARKBASE_CUDA_INT8_PREFILL=0
+    mb 26b_p4096_f16tiles $F26 4096 16 MARKBASE_CUDA_INT8_PREFILL=0
+    mb 26b_p4096_attn_f32 $F26 4096 16 MARKBASE_CUDA_ATTN_TC=0
   fi
   if wait_for $M/gen2.done; then
-    mb dense_p512 $M/g4-26b-dense-q4_0.gguf 512 128
-    mb e4b_p512 $M/g4-e4b-q4_0.gguf 512 128
-    mb e4b_p4096 $M/g4-e4b-q4_0.gguf 4096 64
-    MBARGS="$SAMPLED" mb e4b_p512_sampled $M/g4-e4b-q4_0.gguf 512 64
-    has profile && mb e4b_profile $M/g4-e4b-q4_0.gguf 512 16 MARKBASE_CUDA_PROFILE=1
+    mb dense_p512 $FDENSE 512 128
+    mb e4b_p512 $FE4B 512 128
+    mb e4b_p4096 $FE4B 4096 64
+    MBARGS="$SAMPLED" mb e4b_p512_sampled $FE4B 512 64
+    has profile && mb e4b_profile $FE4B 512 16 MARKBASE_CUDA_PROFILE=1
     for c in ${CHUNKS:-}; do  # prefill chunk sizes other than the backend's (2048)
-      MBARGS="--prefill-chunk $c" mb e4b_p4096_chunk$c $M/g4-e4b-q4_0.gguf 4096 16
-      MBARGS="--prefill-chunk $c" mb 26b_p4096_chunk$c $M/g4-26b-q4_0.gguf 4096 16
+      MBARGS="--prefill-chunk $c" mb e4b_p4096_chunk$c $FE4B 4096 16
+      MBARGS="--prefill-chunk $c" mb 26b_p4096_chunk$c $F26 4096 16
     done
   fi
 fi
@@ -221,14 +235,14 @@ fi
 if has llama && wait_for /tmp/llama/done; then
   cat /tmp/llama/done | tee -a "$OUT/run.log"
   LB=/tmp/llama/build/bin/llama-bench
-  for f in g4-26b-q4_0 g4-26b-dense-q4_0 g4-e4b-q4_0; do
+  for f in g4-26b-$QUANT g4-26b-dense-$QUANT g4-e4b-$QUANT; do
     [ -f $M/$f.gguf ] && [ "$(left)" -gt 60 ] || continue
     log "llama-bench $f"
     timeout $(( $(left) - 10 )) $LB -m $M/$f.gguf -ngl 99 -fa 1 -p 512,4096 -n 128 -d 0,4096 -r 2 -o jsonl \
       2>>"$OUT/llama.err" | tee -a "$OUT/llama.jsonl"
   done
   # llama.cpp with MarkBase's CUDA prefill step (physical batch 2048 instead of its default 512)
-  for f in g4-26b-q4_0 g4-e4b-q4_0; do
+  for f in g4-26b-$QUANT g4-e4b-$QUANT; do
     [ -f $M/$f.gguf ] && [ "$(left)" -gt 30 ] || continue
     log "llama-bench $f ubatch 2048"
     timeout $(( $(left) - 10 )) $LB -m $M/$f.gguf -ngl 99 -fa 1 -p 4096 -n 0 -b 2048 -ub 2048 -r 2 -o jsonl \

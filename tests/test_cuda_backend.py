@@ -346,7 +346,15 @@ def _check_default_mode(tmp_path, preset, qtype, n_tok, chunk, vocab=4096):
     return ids, gpu, got
 
 
-@pytest.mark.parametrize("preset,qtype", [("e2b", "q4_0"), ("e2b", "q8_0"), ("26b-a4b", "q4_0")])
+# Every block type decodes on 8-bit activations (q8.cuh's units). The 26B-A4B files: Q4_K gate/up
+# experts with Q5_0 down experts (the 704- and 2112-wide rows fall back, as in llama.cpp's K-quant
+# mixes: experts_q8 with two types), Q5_1 throughout, Q6_K with Q8_0 down rows.
+Q8_UNIT_TYPES = ["q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"]
+
+
+@pytest.mark.parametrize("preset,qtype", [("e2b", "q4_0"), ("e2b", "q8_0"), ("26b-a4b", "q4_0")] +
+                         [("e2b", t) for t in Q8_UNIT_TYPES] + [("26b-a4b", "q4_k"), ("26b-a4b", "q5_1"),
+                                                                 ("26b-a4b", "q6_k")])
 def test_q8_decode_default_mode(need_cuda, tmp_path, preset, qtype):
     """Decode steps in default mode (one token at a time: the 8-bit products, the quantizing
     norms, GeGLU, attention and residual adds, the batched q/k/v and gate/up products, the expert
@@ -355,6 +363,31 @@ def test_q8_decode_default_mode(need_cuda, tmp_path, preset, qtype):
     toks = _greedy(gpu, ids, 3)
     assert toks[0] == int(np.argmax(got[-1])), (toks, int(np.argmax(got[-1])))
     assert gpu.stats()["host_waits_per_token"] == 1
+
+
+def _decode_kernels(tmp_path, preset, qtype, precise=False):
+    """Kernels a decode token and the last token's logits of a 2-layer synthetic file."""
+    path, summary, rng = _synthetic(tmp_path, f"{preset}-{qtype}-k", preset=preset, layers=2, vocab=4096, qtype=qtype)
+    try:
+        m = markbase.Model.load(str(path), backend="cuda", precise=precise, prefill_chunk=1)
+        logits = np.asarray(m.logits(_ids(summary, 6, rng)))[-1]
+        return m.stats()["kernels_per_token"], logits
+    finally:
+        path.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("preset,qtype", [("e2b", t) for t in Q8_UNIT_TYPES] + [("26b-a4b", "q4_k")])
+def test_q8_units_take_the_q4_0_plan(need_cuda, tmp_path, preset, qtype):
+    """A file of another block type decodes with the same fused plan as its Q4_0 twin (the same
+    kernels a token: quantized copies written by the ops before the products, the MoE layer's
+    dense MLP in the experts' launches), and on 8-bit activations: its default-mode logits are not
+    its precise-mode ones (the float32 kernels would give the same in both modes)."""
+    want, _ = _decode_kernels(tmp_path, preset, "q4_0")
+    got, default = _decode_kernels(tmp_path, preset, qtype)
+    _, precise = _decode_kernels(tmp_path, preset, qtype, precise=True)
+    assert got == want, (qtype, got, want)
+    assert not np.array_equal(default, precise)
+    assert rel_err(default, precise) < Q8_MAX_REL
 
 
 @pytest.mark.parametrize("preset", ["26b-a4b", "e2b"])
@@ -415,10 +448,12 @@ def test_decode_scheduling_switches_bit_identical(need_cuda, tmp_path):
     assert down == [on, on]
 
 
-@pytest.mark.parametrize("qtype", ["q4_0", "q8_0"])
+@pytest.mark.parametrize("qtype", ["q4_0", "q8_0", "q6_k", "q4_k"])
 def test_q8_decode_tall_lm_head(need_cuda, tmp_path, qtype):
     """A vocabulary past 65536 rows: the LM head through the staged kernel (rows copied to shared
-    memory by cp.async, matvec_q8.cu), with a last block of one row (65541 = 4 * 16385 + 1)."""
+    memory by cp.async, matvec_q8.cu), with a last block of one row (65541 = 4 * 16385 + 1). Q6_K's
+    rows (1260 bytes) are not whole 16-byte lines, so most blocks' copies start inside a line;
+    Q4_K's units are read 32 bits at a time."""
     ids, gpu, got = _check_default_mode(tmp_path, "e2b", qtype, 6, 1, vocab=65541)
     assert got.shape[1] == 65541
     assert _greedy(gpu, ids, 2)[0] == int(np.argmax(got[-1]))

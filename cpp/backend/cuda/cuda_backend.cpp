@@ -6,9 +6,9 @@
 //    and replays it, so a decode token costs one graph launch and one host wait (for the logits,
 //    or with run_sample for the sampled token id only).
 //  - Decode in default mode runs its products on 8-bit activations (q8.cuh): each slot that a
-//    Q4_0 / Q8_0 product reads gets a quantized copy, written by the op that produces the slot
-//    (norm, GeGLU, attention, residual add) or else by a quantize kernel, and reused by every
-//    product that reads it before the slot changes. Prefill in default mode does the same for
+//    product of block-typed weights (Q4_0 .. Q6_K) reads gets a quantized copy, written by the op
+//    that produces the slot (norm, GeGLU, attention, residual add) or else by a quantize kernel,
+//    and reused by every product that reads it before the slot changes. Prefill in default mode does the same for
 //    its Q4_0 / Q8_0 products (quantized rows, int8 tensor cores: matmul_q8.cu). Precise mode
 //    keeps float32 activations.
 //  - MoE routing stays on the GPU. MARKBASE_CUDA_HOST_ROUTING=1 is a debug switch that instead
@@ -685,8 +685,8 @@ class CudaBackend : public Backend {
     return q8_of(st.q8[slot], g.slots[slot].cols);
   }
   static bool moe_q8(const Graph& g, const Op& op) {
-    return g.rows(op.out) == 1 && op.w->type == op.w2->type &&
-           cuda::has_q8_dot(static_cast<int>(op.w->type)) && op.k % 32 == 0;
+    return g.rows(op.out) == 1 && cuda::has_q8_dot(static_cast<int>(op.w->type)) &&
+           cuda::has_q8_moe_down(static_cast<int>(op.w2->type)) && op.k % 32 == 0;
   }
   // Whether op reads slot s as the input of a product on its quantized copy.
   bool reads_q8(const Graph& g, const Op& op, int s) const {
@@ -753,7 +753,7 @@ class CudaBackend : public Backend {
   // run on the int8 tensor cores (matmul_q8.cu) from a quantized copy of their input slot.
   bool int8_matmul(const Graph& g, const Op& op) const {
     return int8_prefill_ && op.kind == OpKind::MatMul && g.rows(op.out) > kDecodeRows && op.n > kNarrowRows &&
-           cuda::has_q8_dot(static_cast<int>(op.w->type)) && op.w->cols() % 32 == 0;
+           cuda::has_int8_mma(static_cast<int>(op.w->type)) && op.w->cols() % 32 == 0;
   }
   // A prefill product with few outputs that no other path takes: cuda::matmul_split_k.
   bool narrow_product(const Graph& g, const Op& op) const {
@@ -777,7 +777,7 @@ class CudaBackend : public Backend {
   }
   bool int8_moe(const Graph& g, const Op& op) const {
     return int8_prefill_ && op.kind == OpKind::MoeExperts && g.rows(op.out) > kDecodeRows && op.w->type == op.w2->type &&
-           cuda::has_q8_dot(static_cast<int>(op.w->type)) && op.n % 32 == 0 && op.k % 32 == 0;
+           cuda::has_int8_mma(static_cast<int>(op.w->type)) && op.n % 32 == 0 && op.k % 32 == 0;
   }
   // Whether an op after `from` reads slot s as floats before s is written again: anything but
   // int8 products (not MoE, which reads the floats too) served by the prefill buffer while it

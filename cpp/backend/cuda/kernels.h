@@ -75,9 +75,20 @@ int matvec(cudaStream_t s, const WeightRef& w, int N, const float* a, int a_stri
            int out_stride);
 
 // --- matvec_q8.cu: the same for one token on a quantized vector, for weights of the types
-// has_q8_dot() accepts (Q4_0, Q8_0). One launch computes up to kMaxMatvecJobs products that read
-// the same vector (all of one weight type and width K).
-constexpr bool has_q8_dot(int type) { return type == 2 || type == 8; }  // GGML's Q4_0, Q8_0
+// has_q8_dot() accepts (every block type: q8.cuh's units). One launch computes up to
+// kMaxMatvecJobs products that read the same vector (all of one weight type and width K).
+// GGML's ids: Q4_0 2, Q4_1 3, Q5_0 6, Q5_1 7, Q8_0 8, Q4_K 12, Q5_K 13, Q6_K 14.
+constexpr bool has_q8_dot(int type) {
+  return type == 2 || type == 3 || type == 6 || type == 7 || type == 8 || type == 12 || type == 13 || type == 14;
+}
+// The types of the decode experts' 8-bit down kernels (moe.cu): the 32-weight block types, which
+// are what llama.cpp's K-quant mixes fall back to for rows that are not whole 256-weight
+// super-blocks (the 26B-A4B's 704-wide expert and 2112-wide dense down rows). Their instances are
+// most of moe.cu's compile time, so the K-quants are left out: such a down weight takes the float
+// expert kernels.
+constexpr bool has_q8_moe_down(int type) { return type == 2 || type == 3 || type == 6 || type == 7 || type == 8; }
+// The types of the int8 tensor-core prefill products (matmul_q8.cu): Q4_0, Q8_0.
+constexpr bool has_int8_mma(int type) { return type == 2 || type == 8; }
 constexpr int kMaxMatvecJobs = 4;
 struct MatvecJobs {
   WeightRef w[kMaxMatvecJobs];
@@ -112,7 +123,7 @@ int matmul_split_k(cudaStream_t s, const WeightRef& w, int N, const float* a, in
                    int out_stride, float* scratch);
 
 // --- matmul_q8.cu: the same on quantized activation rows (quantize_q8 with q_stride = a_stride)
-// and the int8 tensor cores, for weights of a has_q8_dot() type (default mode). a_stride: bytes of
+// and the int8 tensor cores, for weights of a has_int8_mma() type (default mode). a_stride: bytes of
 // codes per row, a multiple of 32. Grouped rows as matmul's. matmul_q8_setup(): once per process
 // (raises the kernels' shared-memory limit, reads the occupancy the launch plans use).
 void matmul_q8_setup();
@@ -293,7 +304,7 @@ int chain_router(cudaStream_t s, const RowChain& c, const float* router_in, bool
                  float* poll, bool split, bool direct, bool spread);
 // Decode: experts read by id from the route slot (or from host_ids when not null: the debug mode
 // that routes on the host). act: rows * k * Ie floats of scratch.
-// x_q8 set (one row; both weights of a has_q8_dot type, Ie % 32 == 0): the products run on the
+// x_q8 set (one row; both weights of has_q8_dot types, Ie % 32 == 0): the products run on the
 // quantized x, and act is quantized into act_q8 (k * Ie values) for the down products.
 int moe_experts_decode(cudaStream_t s, const WeightRef& gate_up, const WeightRef& down, int n_experts,
                        int Ie, int H, int k, const float* x, int x_stride, const float* route,
@@ -308,10 +319,10 @@ struct MoeScratch {
   float* hg = nullptr;      // rows * k * 2 * Ie
   float* act = nullptr;     // rows * k * Ie
   float* y = nullptr;       // rows * k * H
-  Q8Vec act_q8;             // rows * k * Ie, quantized (default mode with has_q8_dot() weights)
+  Q8Vec act_q8;             // rows * k * Ie, quantized (default mode with has_int8_mma() weights)
 };
 int moe_max_tiles(int rows, int k, int n_experts);
-// x_q8 set (default mode, both weights of a has_q8_dot() type, H and Ie multiples of 32): the
+// x_q8 set (default mode, both weights of one has_int8_mma() type, H and Ie multiples of 32): the
 // products run on int8 tensor cores (matmul_q8) from x's quantized rows (H bytes apart), and the
 // GeGLU outputs are quantized into m.act_q8 for the down products.
 int moe_experts_prefill(cudaStream_t s, const WeightRef& gate_up, const WeightRef& down, int n_experts,

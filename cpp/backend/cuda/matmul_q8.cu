@@ -548,7 +548,7 @@ int matmul_q8_jobs(cudaStream_t s, const MatmulQ8Jobs& jobs, Q8Vec a, int a_stri
 
 int matmul_q8(cudaStream_t s, const WeightRef& w, int N, Q8Vec a, int a_stride, int M, float* out, int out_stride,
               const Grouped* grouped) {
-  if (w.type != MB_Q4_0 && w.type != MB_Q8_0) return 0;  // the backend checks has_q8_dot() first
+  if (w.type != MB_Q4_0 && w.type != MB_Q8_0) return 0;  // the backend checks has_int8_mma() first
   if (!grouped) {
     MatmulQ8Jobs one;
     one.w[0] = w;

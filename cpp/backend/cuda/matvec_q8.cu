@@ -63,17 +63,21 @@ __global__ void __launch_bounds__(THREADS) matvec_q8_kernel(MatvecJobs jobs, Q8V
 
 // Very tall products (the LM head) read more bytes than anything else in a decode step, and the
 // unit loads above fetch them 2 bytes at a time (18- and 34-byte blocks are only 2-byte
-// aligned): 158 us a token for 415 MB, 2.6 TB/s. Here a block's R rows, contiguous in memory
-// (rows of 16-byte multiples), arrive in shared memory by 16-byte cp.async copies issued before
-// the programmatic wait, and the units are read from there.
+// aligned): 158 us a token for 415 MB, 2.6 TB/s. Here a block's R rows, contiguous in memory,
+// arrive in shared memory by 16-byte cp.async copies issued before the programmatic wait, and the
+// units are read from there. The copies cover the 16-byte lines that hold the rows (rows of any
+// length: Q6_K's 210-byte blocks make rows of 2-byte multiples), so they may read up to 15 bytes
+// past the weight's last row: the backend allocates weights with that much room.
 template <int TYPE, int R>
 __global__ void __launch_bounds__(kThreads) matvec_q8_tall_kernel(WeightRef w, int n, float* out, Q8Vec x, int K,
                                                                    float cap) {
   pdl_trigger();
   extern __shared__ __align__(16) mb_u8 srows[];
   const int n0 = blockIdx.x * R, nr = min(R, n - n0);
-  const int vecs = nr * static_cast<int>(w.row_bytes / 16);
-  const mb_u8* src = w.data + static_cast<size_t>(n0) * w.row_bytes;
+  const size_t start = static_cast<size_t>(n0) * w.row_bytes, first = start & ~static_cast<size_t>(15);
+  const int skip = static_cast<int>(start - first);  // bytes of the first line before row n0
+  const int vecs = static_cast<int>((skip + nr * w.row_bytes + 15) / 16);
+  const mb_u8* src = w.data + first;
 #if MARKBASE_CUDA_WEIGHTS_EVICT_FIRST  // common.cuh: the weight stream's L2 policy
   const unsigned long long pol = evict_first_policy();
   for (int i = threadIdx.x; i < vecs; i += kThreads) cp_async16_policy(srows + 16 * i, src + 16 * static_cast<size_t>(i), pol);
@@ -92,7 +96,7 @@ __global__ void __launch_bounds__(kThreads) matvec_q8_tall_kernel(WeightRef w, i
     const XUnit xu = load_x_unit<TYPE>(x.q, x.d, u);
 #pragma unroll
     for (int r = 0; r < R; ++r)
-      if (r < nr) acc[r] += unit_dot<TYPE>(load_w_unit<TYPE, true>(srows + r * w.row_bytes, u), xu);
+      if (r < nr) acc[r] += unit_dot<TYPE>(load_w_unit<TYPE, true>(srows + skip + r * w.row_bytes, u), xu);
   }
   __shared__ float part[kThreads / 32][R];
   warp_partials<R, kThreads / 32, true>(acc, part);
@@ -107,10 +111,14 @@ __global__ void __launch_bounds__(kThreads) matvec_q8_tall_kernel(WeightRef w, i
 constexpr int kTallStagedRows = 4;
 constexpr size_t kTallStagedSmem = 48 * 1024;  // without raising the kernel's shared-memory limit
 
+// The bytes of shared memory a block of the staged kernel takes: its rows and the parts of the
+// 16-byte lines around them.
+size_t tall_staged_smem(const WeightRef& w) { return kTallStagedRows * w.row_bytes + 32; }
+
 bool tall_staged_fits(const MatvecJobs& jobs) {
   const WeightRef& w = jobs.w[0];
-  return jobs.count == 1 && (w.type == MB_Q4_0 || w.type == MB_Q8_0) && w.row_bytes % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && kTallStagedRows * w.row_bytes <= kTallStagedSmem;
+  return jobs.count == 1 && has_q8_dot(w.type) && reinterpret_cast<uintptr_t>(w.data) % 16 == 0 &&
+         tall_staged_smem(w) <= kTallStagedSmem;
 }
 
 int launch_tall_staged(cudaStream_t s, const MatvecJobs& jobs, Q8Vec x, int K) {
@@ -118,12 +126,10 @@ int launch_tall_staged(cudaStream_t s, const MatvecJobs& jobs, Q8Vec x, int K) {
   const WeightRef& w = jobs.w[0];
   const int n = jobs.n[0];
   const unsigned blocks = (n + R - 1) / R;
-  const size_t smem = R * w.row_bytes;
-  if (w.type == MB_Q4_0)
-    enqueue(matvec_q8_tall_kernel<MB_Q4_0, R>, blocks, kThreads, smem, s, w, n, jobs.out[0], x, K, jobs.softcap);
-  else
-    enqueue(matvec_q8_tall_kernel<MB_Q8_0, R>, blocks, kThreads, smem, s, w, n, jobs.out[0], x, K, jobs.softcap);
-  return 1;
+  return with_q8_type(w.type, [&](auto t) {
+    enqueue(matvec_q8_tall_kernel<decltype(t)::value, R>, blocks, kThreads, tall_staged_smem(w), s, w, n, jobs.out[0],
+            x, K, jobs.softcap);
+  }) ? 1 : 0;
 }
 
 template <int R>
@@ -136,15 +142,12 @@ int launch_rows(cudaStream_t s, MatvecJobs jobs, Q8Vec x, int K) {
   jobs.row0[jobs.count] = rows;
   const unsigned blocks = rows / R;
   const int warps = matvec_q8_warps(K);
-  constexpr decltype(&matvec_q8_kernel<MB_Q4_0, R, 64>) q4_0[] = {
-      matvec_q8_kernel<MB_Q4_0, R, 64>, matvec_q8_kernel<MB_Q4_0, R, 96>, matvec_q8_kernel<MB_Q4_0, R, 128>};
-  constexpr decltype(&matvec_q8_kernel<MB_Q8_0, R, 64>) q8_0[] = {
-      matvec_q8_kernel<MB_Q8_0, R, 64>, matvec_q8_kernel<MB_Q8_0, R, 96>, matvec_q8_kernel<MB_Q8_0, R, 128>};
-  switch (jobs.w[0].type) {
-    case MB_Q4_0: enqueue(q4_0[warps - 2], blocks, 32 * warps, 0, s, jobs, x, K); return 1;
-    case MB_Q8_0: enqueue(q8_0[warps - 2], blocks, 32 * warps, 0, s, jobs, x, K); return 1;
-  }
-  return 0;  // the backend checks has_q8_dot() first
+  return with_q8_type(jobs.w[0].type, [&](auto t) {
+    constexpr int T = decltype(t)::value;
+    constexpr decltype(&matvec_q8_kernel<T, R, 64>) kernel[] = {matvec_q8_kernel<T, R, 64>, matvec_q8_kernel<T, R, 96>,
+                                                                matvec_q8_kernel<T, R, 128>};
+    enqueue(kernel[warps - 2], blocks, 32 * warps, 0, s, jobs, x, K);
+  }) ? 1 : 0;
 }
 
 }  // namespace

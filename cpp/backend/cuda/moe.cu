@@ -865,7 +865,7 @@ __device__ __forceinline__ void gate_up_q8_block(const WeightRef& w, int E, int 
   for (int u = threadIdx.x < THREADS ? static_cast<int>(threadIdx.x) : units; u < units; u += 2 * THREADS) {
     const int u2 = u + THREADS;
     const bool two = u2 < units;
-    WUnit wa[R], wb[R];
+    WUnit<TYPE> wa[R], wb[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       wa[r] = load_w_unit<TYPE>(rows[r], u);
@@ -938,7 +938,7 @@ __device__ __forceinline__ void down_q8_block(const WeightRef& w, int E, int Ie,
   for (int r = 0; r < ROWS; ++r) acc[r] = 0.0f;
   const int units = k * upe;
   for (int u = threadIdx.x; u < units; u += FLIGHT * kQ8Threads) {
-    WUnit wu[FLIGHT][ROWS];
+    WUnit<TYPE> wu[FLIGHT][ROWS];
     XUnit xu[FLIGHT];
     float wgt[FLIGHT];
     bool ok[FLIGHT];
@@ -1155,18 +1155,21 @@ int gate_up_warps(int K) {
 }
 
 // Decode experts on the quantized x: gate/up with gu_warps warps a block (1-4), the quantization
-// of their output, and down with `flight` units a thread in flight (2-4).
-template <int TYPE>
+// of their output, and down with `flight` units a thread in flight (2-4). GU: the gate/up weights'
+// type (and the dense MLP's gate/up, whose rows share its launch); DN: the down weights' type (and
+// the dense MLP's down). They differ in llama.cpp's K-quant mixes, where the 704- and 2112-wide
+// down rows fall back to a 32-block type.
+template <int GU, int DN>
 void experts_q8(cudaStream_t s, int gu_warps, int flight, int forced_rows, bool dn_early, const WeightRef& gu,
                 const WeightRef& dn, int E, int Ie, int H, int k, Q8Vec x_q8, const float* route, int host_n,
                 const HostIds& hid, float* act, Q8Vec act_q8, float* out, const DenseMlp* dense,
                 int dense_warps, bool dense_gate_up) {
-  constexpr decltype(&gate_up_q8_kernel<TYPE, 32>) gate_up[] = {
-      gate_up_q8_kernel<TYPE, 32>, gate_up_q8_kernel<TYPE, 64>, gate_up_q8_kernel<TYPE, 96>,
-      gate_up_q8_kernel<TYPE, 128>};
-  constexpr decltype(&down_q8_kernel<TYPE, 2, 2>) down[2][3] = {
-      {down_q8_kernel<TYPE, 2, 2>, down_q8_kernel<TYPE, 3, 2>, down_q8_kernel<TYPE, 4, 2>},
-      {down_q8_kernel<TYPE, 2, 4>, down_q8_kernel<TYPE, 3, 4>, down_q8_kernel<TYPE, 4, 4>}};
+  constexpr decltype(&gate_up_q8_kernel<GU, 32>) gate_up[] = {
+      gate_up_q8_kernel<GU, 32>, gate_up_q8_kernel<GU, 64>, gate_up_q8_kernel<GU, 96>,
+      gate_up_q8_kernel<GU, 128>};
+  constexpr decltype(&down_q8_kernel<DN, 2, 2>) down[2][3] = {
+      {down_q8_kernel<DN, 2, 2>, down_q8_kernel<DN, 3, 2>, down_q8_kernel<DN, 4, 2>},
+      {down_q8_kernel<DN, 2, 4>, down_q8_kernel<DN, 3, 4>, down_q8_kernel<DN, 4, 4>}};
   // Rows a block of the down kernel: 2, or 4 when the blocks of 2 rows would not all be resident
   // at once. Its early reads (down_q8_kernel's `early`) go out before the wait only in the blocks
   // resident then: the 26B-A4B's 1408 blocks of 2 rows against 8 an SM (1.3 waves) took 6.0 us
@@ -1182,11 +1185,11 @@ void experts_q8(cudaStream_t s, int gu_warps, int flight, int forced_rows, bool 
   if (dense_gate_up) {  // moe_dense_fits (routed) checked the pair of thread counts
     static const bool dense_first = env_flag("MARKBASE_CUDA_DENSE_GU_FIRST", true);  // A/B: =0 last
     const int dt = matvec_q8_warps(dense->H);  // as matvec_q8 over K = H: the same bits
-    using GateUpDense = decltype(&gate_up_dense_kernel<TYPE, 32, 64>);
-    const GateUpDense kernel = gu_warps == 1   ? gate_up_dense_kernel<TYPE, 32, 64>
-                               : gu_warps == 2 ? gate_up_dense_kernel<TYPE, 64, 64>
-                               : gu_warps == 3 ? gate_up_dense_kernel<TYPE, 96, 96>
-                                               : gate_up_dense_kernel<TYPE, 128, 128>;
+    using GateUpDense = decltype(&gate_up_dense_kernel<GU, 32, 64>);
+    const GateUpDense kernel = gu_warps == 1   ? gate_up_dense_kernel<GU, 32, 64>
+                               : gu_warps == 2 ? gate_up_dense_kernel<GU, 64, 64>
+                               : gu_warps == 3 ? gate_up_dense_kernel<GU, 96, 96>
+                                               : gate_up_dense_kernel<GU, 128, 128>;
     if (!(gu_warps == dt || (gu_warps == 1 && dt == 2))) throw std::logic_error("[cuda] gate_up_dense: thread counts");
     enqueue(kernel, k * MB_BLOCKS(Ie, kPairs) + MB_BLOCKS(dense->I, kPairs), 32 * std::max(gu_warps, dt), 0, s, gu, E,
             Ie, k, x_q8, route, act, dn_early, dense_first, *dense);
@@ -1201,19 +1204,19 @@ void experts_q8(cudaStream_t s, int gu_warps, int flight, int forced_rows, bool 
             host_n, route, act_q8, out, dn_early, hid);
     return;
   }
-  constexpr decltype(&down_dense_kernel<TYPE, 2, 2, 64>) down_dense[2][3][3] = {
-      {{down_dense_kernel<TYPE, 2, 2, 64>, down_dense_kernel<TYPE, 2, 2, 96>, down_dense_kernel<TYPE, 2, 2, 128>},
-       {down_dense_kernel<TYPE, 3, 2, 64>, down_dense_kernel<TYPE, 3, 2, 96>, down_dense_kernel<TYPE, 3, 2, 128>},
-       {down_dense_kernel<TYPE, 4, 2, 64>, down_dense_kernel<TYPE, 4, 2, 96>, down_dense_kernel<TYPE, 4, 2, 128>}},
-      {{down_dense_kernel<TYPE, 2, 4, 64>, down_dense_kernel<TYPE, 2, 4, 96>, down_dense_kernel<TYPE, 2, 4, 128>},
-       {down_dense_kernel<TYPE, 3, 4, 64>, down_dense_kernel<TYPE, 3, 4, 96>, down_dense_kernel<TYPE, 3, 4, 128>},
-       {down_dense_kernel<TYPE, 4, 4, 64>, down_dense_kernel<TYPE, 4, 4, 96>, down_dense_kernel<TYPE, 4, 4, 128>}}};
+  constexpr decltype(&down_dense_kernel<DN, 2, 2, 64>) down_dense[2][3][3] = {
+      {{down_dense_kernel<DN, 2, 2, 64>, down_dense_kernel<DN, 2, 2, 96>, down_dense_kernel<DN, 2, 2, 128>},
+       {down_dense_kernel<DN, 3, 2, 64>, down_dense_kernel<DN, 3, 2, 96>, down_dense_kernel<DN, 3, 2, 128>},
+       {down_dense_kernel<DN, 4, 2, 64>, down_dense_kernel<DN, 4, 2, 96>, down_dense_kernel<DN, 4, 2, 128>}},
+      {{down_dense_kernel<DN, 2, 4, 64>, down_dense_kernel<DN, 2, 4, 96>, down_dense_kernel<DN, 2, 4, 128>},
+       {down_dense_kernel<DN, 3, 4, 64>, down_dense_kernel<DN, 3, 4, 96>, down_dense_kernel<DN, 3, 4, 128>},
+       {down_dense_kernel<DN, 4, 4, 64>, down_dense_kernel<DN, 4, 4, 96>, down_dense_kernel<DN, 4, 4, 128>}}};
   enqueue(down_dense[rows == 4][flight - 2][dense_warps - 2], MB_BLOCKS(H, rows) + MB_BLOCKS(dense->H, 4), kQ8Threads,
           2 * k * sizeof(float), s, dn, E, Ie, H, k, host_n, route, act_q8, out, dn_early, *dense, hid);
 }
 
-// The experts in default mode, one token (the backend checked: one row, gu.type == dn.type,
-// has_q8_dot, Ie % 32 == 0), with their launch settings; dense: the dense MLP's parts too.
+// The experts in default mode, one token (the backend checked: one row, has_q8_dot types,
+// Ie % 32 == 0), with their launch settings; dense: the dense MLP's parts too.
 void run_experts_q8(cudaStream_t s, const WeightRef& gu, const WeightRef& dn, int E, int Ie, int H, int k, Q8Vec x_q8,
                     const float* route, int host_n, const HostIds& hid, float* act, Q8Vec act_q8, float* out,
                     const DenseMlp* dense, int dense_warps, bool dense_gate_up) {
@@ -1232,9 +1235,15 @@ void run_experts_q8(cudaStream_t s, const WeightRef& gu, const WeightRef& dn, in
     const int r = env_digit("MARKBASE_CUDA_DOWN_ROWS", 2, 4);
     return r == 3 ? 0 : r;
   }();
-  auto run = gu.type == MB_Q4_0 ? experts_q8<MB_Q4_0> : experts_q8<MB_Q8_0>;
-  run(s, gu_warps, flight, dn_rows, dn_early, gu, dn, E, Ie, H, k, x_q8, route, host_n, hid, act, act_q8, out, dense,
-      dense_warps, dense_gate_up);
+  bool known = false;
+  with_q8_type(gu.type, [&](auto g) {
+    known = with_q8_type<true>(dn.type, [&](auto d) {
+      experts_q8<decltype(g)::value, decltype(d)::value>(s, gu_warps, flight, dn_rows, dn_early, gu, dn, E, Ie, H, k,
+                                                         x_q8, route, host_n, hid, act, act_q8, out, dense,
+                                                         dense_warps, dense_gate_up);
+    });
+  });
+  if (!known) throw std::logic_error("[cuda] experts_q8: a weight type without 8-bit kernels");
 }
 
 }  // namespace
@@ -1251,7 +1260,7 @@ int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn,
   HostIds hid{};
   const int host_n = host_ids ? std::min(rows * k, kMaxHostIds) : 0;
   std::copy(host_ids, host_ids + host_n, hid.ids);
-  if (x_q8.q) {  // the backend checked: one row, gu.type == dn.type, has_q8_dot, Ie % 32 == 0
+  if (x_q8.q) {  // the backend checked: one row, has_q8_dot types, Ie % 32 == 0
     run_experts_q8(s, gu, dn, E, Ie, H, k, x_q8, route, host_n, hid, act, act_q8, out, nullptr, 0, false);
     return 3;
   }
@@ -1277,10 +1286,10 @@ int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn,
 
 bool moe_dense_fits(const WeightRef* router, const WeightRef& gate_up, const WeightRef& down, const WeightRef& gate,
                     const WeightRef& up, const WeightRef& dense_down, int Ie, int I) {
-  const bool q8 = down.type == MB_Q4_0 || down.type == MB_Q8_0;
-  const bool fits = q8 && gate_up.type == down.type && gate.type == up.type &&
-                    (gate.type == MB_Q4_0 || gate.type == MB_Q8_0) && dense_down.type == down.type &&
-                    gate.row_bytes == up.row_bytes && Ie % 32 == 0 && I % 32 == 0;
+  // the dense down rows share the experts' down launch (down_dense_kernel): one type
+  const bool fits = has_q8_dot(gate_up.type) && has_q8_moe_down(down.type) && gate.type == up.type &&
+                    has_q8_dot(gate.type) && dense_down.type == down.type && gate.row_bytes == up.row_bytes &&
+                    Ie % 32 == 0 && I % 32 == 0;
   if (router) return fits && router->type == MB_F32 && router->K <= kRouterThreads * 4 * kRouterVec;
   // routed (moe_ffn_decode_routed): gate_up_dense_kernel's instances
   const int gt = gate_up_warps(gate_up.K), dt = matvec_q8_warps(gate.K);
@@ -1304,13 +1313,12 @@ int moe_ffn_decode(cudaStream_t s, const WeightRef& router, const float* router_
   const int I = d.I;
   const RouterArgs r{router, router_x, expert_scale, E, k, logits, route, counter, router_scale_early()};
   const int gu_dense_warps = matvec_q8_warps(H), dn_dense_warps = matvec_q8_warps(I);  // as matvec_q8: the same bits
-  using RouterDense = decltype(&router_dense_kernel<MB_Q4_0, 64>);
-  constexpr RouterDense a_q4[] = {router_dense_kernel<MB_Q4_0, 64>, router_dense_kernel<MB_Q4_0, 96>,
-                                  router_dense_kernel<MB_Q4_0, 128>};
-  constexpr RouterDense a_q8[] = {router_dense_kernel<MB_Q8_0, 64>, router_dense_kernel<MB_Q8_0, 96>,
-                                  router_dense_kernel<MB_Q8_0, 128>};
-  enqueue((gate.type == MB_Q4_0 ? a_q4 : a_q8)[gu_dense_warps - 2], E + MB_BLOCKS(I, kPairs), kRouterThreads, 0, s, r,
-          d);
+  with_q8_type(gate.type, [&](auto t) {
+    constexpr int T = decltype(t)::value;
+    constexpr decltype(&router_dense_kernel<T, 64>) kernel[] = {router_dense_kernel<T, 64>, router_dense_kernel<T, 96>,
+                                                                router_dense_kernel<T, 128>};
+    enqueue(kernel[gu_dense_warps - 2], E + MB_BLOCKS(I, kPairs), kRouterThreads, 0, s, r, d);
+  });
   // The experts as moe_experts_decode runs them, with the dense MLP's down rows in their down launch.
   run_experts_q8(s, gu, dn, E, Ie, H, k, x_q8, route, 0, HostIds{}, act, act_q8, out, &d, dn_dense_warps, false);
   return 4;

@@ -12,6 +12,7 @@
 // codes are read as 16-bit words.
 #pragma once
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/common.cuh"
 
@@ -82,12 +83,25 @@ __device__ __forceinline__ void quantize_float4s(const float4 (&v)[VEC], Q8Vec q
   }
 }
 
-// The activation side of one unit: 16 int8 values as 4 words, the block's scale, and (Q4_0)
-// their sum, which carries the codes' offset of 8.
+// Work units by weight type. A unit is 16 weights of one 32-weight block of the row (u >> 1 is
+// the block, whose activation scale the unit takes). Split units (the 4- and 5-bit blocks of 32,
+// which keep weights j and j + 16 in one byte's two nibbles): unit h is weights 8h .. 8h + 7 and
+// 16 + 8h .. 16 + 8h + 7. Q8_0 and the K-quants: unit h is weights 16h .. 16h + 15 (in a K-quant
+// the 32-block is a sub-block of its 256-weight super-block; Q6_K's sub-blocks of 16 weights each
+// have a scale of their own, one unit each).
+constexpr bool q8_split_unit(int t) { return t == MB_Q4_0 || t == MB_Q4_1 || t == MB_Q5_0 || t == MB_Q5_1; }
+// Whether a unit's dot needs the sum of its activations: weights stored with an offset (Q4_0's 8,
+// Q5_0's 16, Q6_K's 32) or with a per-block minimum (Q4_1, Q5_1, Q4_K, Q5_K).
+constexpr bool q8_needs_sum(int t) { return t != MB_Q8_0; }
+
+// The activation side of one unit: 16 int8 values as 4 words (the weights' order), the block's
+// scale, their sum where the type needs it, and the unit's index (the K-quants' sub-block and
+// half; dead code for the others).
 struct XUnit {
   int v[4];
   float d;
   int sum;
+  int u;
 };
 
 template <int TYPE>
@@ -95,24 +109,66 @@ __device__ __forceinline__ XUnit load_x_unit(const signed char* q, const float* 
   XUnit x;
   const int b = u >> 1, h = u & 1;
   x.d = __ldg(d + b);
-  if constexpr (TYPE == MB_Q4_0) {
+  x.u = u;
+  if constexpr (q8_split_unit(TYPE)) {
     const int2 lo = __ldg(reinterpret_cast<const int2*>(q + 32 * b + 8 * h));
     const int2 hi = __ldg(reinterpret_cast<const int2*>(q + 32 * b + 16 + 8 * h));
     x.v[0] = lo.x; x.v[1] = lo.y; x.v[2] = hi.x; x.v[3] = hi.y;
-    x.sum = __dp4a(0x01010101, x.v[0], __dp4a(0x01010101, x.v[1],
-            __dp4a(0x01010101, x.v[2], __dp4a(0x01010101, x.v[3], 0))));
   } else {
     const int4 a = __ldg(reinterpret_cast<const int4*>(q + 32 * b + 16 * h));
     x.v[0] = a.x; x.v[1] = a.y; x.v[2] = a.z; x.v[3] = a.w;
-    x.sum = 0;
   }
+  if constexpr (q8_needs_sum(TYPE))
+    x.sum = __dp4a(0x01010101, x.v[0], __dp4a(0x01010101, x.v[1],
+            __dp4a(0x01010101, x.v[2], __dp4a(0x01010101, x.v[3], 0))));
+  else
+    x.sum = 0;
   return x;
 }
 
-// The weight side of one unit: the block's scale (as f16 bits) and 4 words of codes.
+// The weight side of one unit: its bytes as loaded (scales and codes); unit_dot decodes them, so
+// that a kernel's loads for later units go out before the decoding of earlier ones waits on them.
+// Q4_0 and Q8_0: the block's scale (f16 bits) and the code words (Q4_0: 2).
+template <int TYPE>
 struct WUnit {
   unsigned short d;
   unsigned w[4];
+};
+template <>
+struct WUnit<MB_Q4_1> {
+  unsigned dm;  // d, m (f16 each)
+  unsigned w[2];
+};
+template <>
+struct WUnit<MB_Q5_0> {
+  unsigned short d;
+  unsigned qh;  // the block's 32 fifth bits
+  unsigned w[2];
+};
+template <>
+struct WUnit<MB_Q5_1> {
+  unsigned dm, qh;
+  unsigned w[2];
+};
+template <>
+struct WUnit<MB_Q4_K> {
+  unsigned dm;     // the super-block's d, dmin (f16 each)
+  unsigned sc[3];  // its 12 bytes of 6-bit scales and minimums
+  unsigned w[4];   // 16 bytes of codes: the sub-block's nibbles (low for even sub-blocks)
+};
+template <>
+struct WUnit<MB_Q5_K> {
+  unsigned dm;
+  unsigned sc[3];
+  unsigned w[4];
+  unsigned qh[4];  // 16 bytes of fifth bits (bit s for sub-block s)
+};
+template <>
+struct WUnit<MB_Q6_K> {
+  unsigned short d;   // the super-block's scale
+  unsigned short sc;  // the two int8 scales of the unit's pair of 16-weight groups (byte h: this unit's)
+  unsigned ql[4];     // low 4 bits (nibble by quarter)
+  unsigned qh[4];     // high 2 bits (bit pair by quarter)
 };
 
 // 16 bits of weights: through the read-only cache from global memory (with the L2 evict_first
@@ -133,39 +189,180 @@ __device__ __forceinline__ unsigned ld_u32_from_u16(const unsigned short* p) {
   return static_cast<unsigned>(ld_u16<SHARED>(p)) | (static_cast<unsigned>(ld_u16<SHARED>(p + 1)) << 16);
 }
 
-// The 18- and 34-byte blocks are only 2-byte aligned: a unit is read 16 bits at a time.
+// 32 bits of weights at a 4-byte aligned address (the blocks of 20, 24, 144 and 176 bytes).
+template <bool SHARED>
+__device__ __forceinline__ unsigned ld_u32(const mb_u8* p) {
+  if constexpr (SHARED) return *reinterpret_cast<const unsigned*>(p);
+  else return __ldg(reinterpret_cast<const unsigned*>(p));
+}
+
+// Whether TYPE's rows are read 32 bits at a time (rows and blocks 4-byte aligned) or 16.
+constexpr bool q8_word_aligned(int t) { return t == MB_Q4_1 || t == MB_Q5_1 || t == MB_Q4_K || t == MB_Q5_K; }
+
+// The 18-, 22- and 34-byte blocks are only 2-byte aligned: their units are read 16 bits at a time.
 template <int TYPE, bool SHARED = false>
-__device__ __forceinline__ WUnit load_w_unit(const mb_u8* row, int u) {
-  WUnit w;
+__device__ __forceinline__ WUnit<TYPE> load_w_unit(const mb_u8* row, int u) {
+  WUnit<TYPE> w;
   const int b = u >> 1, h = u & 1;
   if constexpr (TYPE == MB_Q4_0) {
     const unsigned short* p = reinterpret_cast<const unsigned short*>(row + 18 * b);
     w.d = ld_u16<SHARED>(p);
     w.w[0] = ld_u32_from_u16<SHARED>(p + 1 + 4 * h);
     w.w[1] = ld_u32_from_u16<SHARED>(p + 3 + 4 * h);
-  } else {
+  } else if constexpr (TYPE == MB_Q8_0) {
     const unsigned short* p = reinterpret_cast<const unsigned short*>(row + 34 * b);
     w.d = ld_u16<SHARED>(p);
 #pragma unroll
     for (int i = 0; i < 4; ++i) w.w[i] = ld_u32_from_u16<SHARED>(p + 1 + 8 * h + 2 * i);
+  } else if constexpr (TYPE == MB_Q4_1) {  // d, m, qs[16]
+    const mb_u8* p = row + 20 * b;
+    w.dm = ld_u32<SHARED>(p);
+    w.w[0] = ld_u32<SHARED>(p + 4 + 8 * h);
+    w.w[1] = ld_u32<SHARED>(p + 8 + 8 * h);
+  } else if constexpr (TYPE == MB_Q5_0) {  // d, qh (4 bytes), qs[16]
+    const unsigned short* p = reinterpret_cast<const unsigned short*>(row + 22 * b);
+    w.d = ld_u16<SHARED>(p);
+    w.qh = ld_u32_from_u16<SHARED>(p + 1);
+    w.w[0] = ld_u32_from_u16<SHARED>(p + 3 + 4 * h);
+    w.w[1] = ld_u32_from_u16<SHARED>(p + 5 + 4 * h);
+  } else if constexpr (TYPE == MB_Q5_1) {  // d, m, qh (4 bytes), qs[16]
+    const mb_u8* p = row + 24 * b;
+    w.dm = ld_u32<SHARED>(p);
+    w.qh = ld_u32<SHARED>(p + 4);
+    w.w[0] = ld_u32<SHARED>(p + 8 + 8 * h);
+    w.w[1] = ld_u32<SHARED>(p + 12 + 8 * h);
+  } else if constexpr (TYPE == MB_Q4_K || TYPE == MB_Q5_K) {
+    // d, dmin, scales[12], (Q5_K: qh[32]), qs[128]; sub-block s's nibbles in qs[32 (s / 2) ..]
+    const int s = b & 7;
+    const mb_u8* p = row + (TYPE == MB_Q4_K ? 144 : 176) * (b >> 3);
+    w.dm = ld_u32<SHARED>(p);
+#pragma unroll
+    for (int i = 0; i < 3; ++i) w.sc[i] = ld_u32<SHARED>(p + 4 + 4 * i);
+    const mb_u8* qs = p + (TYPE == MB_Q4_K ? 16 : 48) + 32 * (s >> 1) + 16 * h;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w.w[i] = ld_u32<SHARED>(qs + 4 * i);
+    if constexpr (TYPE == MB_Q5_K) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) w.qh[i] = ld_u32<SHARED>(p + 16 + 16 * h + 4 * i);
+    }
+  } else {  // Q6_K: ql[128], qh[64], scales[16] (int8), d; sub-block s = 4 n + q of the 8
+    const int s = b & 7, n = s >> 2, q = s & 3;
+    const unsigned short* p = reinterpret_cast<const unsigned short*>(row + 210 * (b >> 3));
+    const unsigned short* ql = p + (64 * n + 32 * (q & 1) + 16 * h) / 2;
+    const unsigned short* qh = p + (128 + 32 * n + 16 * h) / 2;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      w.ql[i] = ld_u32_from_u16<SHARED>(ql + 2 * i);
+      w.qh[i] = ld_u32_from_u16<SHARED>(qh + 2 * i);
+    }
+    w.sc = ld_u16<SHARED>(p + (192 + 8 * n + 2 * q) / 2);
+    w.d = ld_u16<SHARED>(p + 104);
   }
   return w;
 }
 
+// Four bits b0 .. b3 moved to bit 4 of bytes 0 .. 3 (Q5_0 / Q5_1: the codes' fifth bits).
+__device__ __forceinline__ unsigned q5_bits(unsigned b) {
+  return ((b & 1u) << 4) | ((b & 2u) << 11) | ((b & 4u) << 18) | ((b & 8u) << 25);
+}
+
+// The 6-bit scale and minimum of a Q4_K / Q5_K sub-block s from the 12 scale bytes (GGML's
+// get_scale_min_k4): sub-blocks 0-3 in the low 6 bits of bytes s and s + 4, 4-7 in nibbles of
+// bytes s + 4 with their top two bits in bytes s - 4 and s.
+__device__ __forceinline__ void k4_scale_min(const unsigned (&sc)[3], int s, int& scale, int& min) {
+  const int sh = 8 * (s & 3);
+  const int b0 = (sc[0] >> sh) & 0xFF, b1 = (sc[1] >> sh) & 0xFF;
+  if (s < 4) {
+    scale = b0 & 63;
+    min = b1 & 63;
+  } else {
+    const int b2 = (sc[2] >> sh) & 0xFF;
+    scale = (b2 & 0xF) | ((b0 >> 6) << 4);
+    min = (b2 >> 4) | ((b1 >> 6) << 4);
+  }
+}
+
+__device__ __forceinline__ int dp4a4(const unsigned (&c)[4], const XUnit& x) {
+  return __dp4a(static_cast<int>(c[0]), x.v[0], __dp4a(static_cast<int>(c[1]), x.v[1],
+         __dp4a(static_cast<int>(c[2]), x.v[2], __dp4a(static_cast<int>(c[3]), x.v[3], 0))));
+}
+
 // dot(weights of the unit, activations of the unit), in float.
 template <int TYPE>
-__device__ __forceinline__ float unit_dot(const WUnit& w, const XUnit& x) {
-  int s;
+__device__ __forceinline__ float unit_dot(const WUnit<TYPE>& w, const XUnit& x) {
+  constexpr unsigned m = 0x0F0F0F0Fu;
   if constexpr (TYPE == MB_Q4_0) {
-    const unsigned m = 0x0F0F0F0Fu;
+    int s;
     s = __dp4a(static_cast<int>(w.w[0] & m), x.v[0], __dp4a(static_cast<int>(w.w[1] & m), x.v[1], 0));
     s = __dp4a(static_cast<int>((w.w[0] >> 4) & m), x.v[2], __dp4a(static_cast<int>((w.w[1] >> 4) & m), x.v[3], s));
     s -= 8 * x.sum;
-  } else {
+    return __half2float(__ushort_as_half(w.d)) * x.d * static_cast<float>(s);
+  } else if constexpr (TYPE == MB_Q8_0) {
+    int s;
     s = __dp4a(static_cast<int>(w.w[0]), x.v[0], __dp4a(static_cast<int>(w.w[1]), x.v[1], 0));
     s = __dp4a(static_cast<int>(w.w[2]), x.v[2], __dp4a(static_cast<int>(w.w[3]), x.v[3], s));
+    return __half2float(__ushort_as_half(w.d)) * x.d * static_cast<float>(s);
+  } else if constexpr (q8_split_unit(TYPE)) {  // Q4_1, Q5_0, Q5_1
+    unsigned c[4] = {w.w[0] & m, w.w[1] & m, (w.w[0] >> 4) & m, (w.w[1] >> 4) & m};
+    if constexpr (TYPE != MB_Q4_1) {  // the fifth bits of weights 8h .. 8h + 7 and 16 + 8h ..
+      const int h = x.u & 1;
+      const unsigned lo = w.qh >> (8 * h), hi = w.qh >> (16 + 8 * h);
+      c[0] |= q5_bits(lo & 0xF);
+      c[1] |= q5_bits((lo >> 4) & 0xF);
+      c[2] |= q5_bits(hi & 0xF);
+      c[3] |= q5_bits((hi >> 4) & 0xF);
+    }
+    const int s = dp4a4(c, x);
+    if constexpr (TYPE == MB_Q5_0) {
+      return __half2float(__ushort_as_half(w.d)) * x.d * static_cast<float>(s - 16 * x.sum);
+    } else {
+      const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&w.dm));
+      return x.d * (dm.x * static_cast<float>(s) + dm.y * static_cast<float>(x.sum));
+    }
+  } else if constexpr (TYPE == MB_Q4_K || TYPE == MB_Q5_K) {
+    const int sb = (x.u >> 1) & 7;
+    const int sh = 4 * (sb & 1);
+    unsigned c[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      c[i] = (w.w[i] >> sh) & m;
+      if constexpr (TYPE == MB_Q5_K) c[i] |= ((w.qh[i] >> sb) & 0x01010101u) << 4;
+    }
+    int scale, min;
+    k4_scale_min(w.sc, sb, scale, min);
+    const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&w.dm));
+    return x.d * (dm.x * static_cast<float>(scale * dp4a4(c, x)) - dm.y * static_cast<float>(min * x.sum));
+  } else {  // Q6_K
+    const int sb = (x.u >> 1) & 7, q = sb & 3;
+    const int shl = 4 * (q >> 1), shh = 2 * q;
+    unsigned c[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) c[i] = ((w.ql[i] >> shl) & m) | (((w.qh[i] >> shh) & 0x03030303u) << 4);
+    const int scale = static_cast<signed char>((w.sc >> (8 * (x.u & 1))) & 0xFF);
+    return __half2float(__ushort_as_half(w.d)) * x.d * static_cast<float>(scale * (dp4a4(c, x) - 32 * x.sum));
   }
-  return __half2float(__ushort_as_half(w.d)) * x.d * static_cast<float>(s);
+}
+
+// Calls f(std::integral_constant<int, TYPE>) for a run-time has_q8_dot() type, so that f picks
+// TYPE's instance of a kernel template; false for any other type.
+// BLOCK32_ONLY: only the 32-weight block types (has_q8_moe_down()).
+template <bool BLOCK32_ONLY = false, typename F>
+bool with_q8_type(int type, F&& f) {
+  switch (type) {
+    case MB_Q4_0: f(std::integral_constant<int, MB_Q4_0>{}); return true;
+    case MB_Q4_1: f(std::integral_constant<int, MB_Q4_1>{}); return true;
+    case MB_Q5_0: f(std::integral_constant<int, MB_Q5_0>{}); return true;
+    case MB_Q5_1: f(std::integral_constant<int, MB_Q5_1>{}); return true;
+    case MB_Q8_0: f(std::integral_constant<int, MB_Q8_0>{}); return true;
+  }
+  if constexpr (!BLOCK32_ONLY) {
+    switch (type) {
+      case MB_Q4_K: f(std::integral_constant<int, MB_Q4_K>{}); return true;
+      case MB_Q5_K: f(std::integral_constant<int, MB_Q5_K>{}); return true;
+      case MB_Q6_K: f(std::integral_constant<int, MB_Q6_K>{}); return true;
+    }
+  }
+  return false;
 }
 
 // The block-wide reduction of R per-thread sums (the 8-bit products keep R rows per block), first
@@ -207,7 +404,7 @@ __device__ __forceinline__ float matvec_q8_block(const mb_u8* const (&rows)[R], 
   static_assert(THREADS % 32 == 0 && THREADS <= 128, "at most 4 warps compute");
   const int units = K / 16;
   const bool mine = threadIdx.x < THREADS;
-  WUnit wa[R], wb[R];
+  WUnit<TYPE> wa[R], wb[R];
   auto load_step = [&](int u) {
     const int u2 = u + THREADS < units ? u + THREADS : u;
 #pragma unroll

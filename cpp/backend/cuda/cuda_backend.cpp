@@ -523,7 +523,9 @@ class CudaBackend : public Backend {
     if (it != weights_.end()) return ptr<uint8_t>(it->second);
     if (!type_traits(static_cast<uint32_t>(t->type)))
       throw BackendError("[cuda] tensor '" + t->name + "' has a type the CUDA backend cannot read");
-    DevPtr d = dev_alloc(t->nbytes);
+    // 16 bytes of room past the last row: the staged LM head (matvec_q8.cu) copies whole 16-byte
+    // lines, the last of which may run past a row length that is not a multiple of 16.
+    DevPtr d = dev_alloc(t->nbytes + 16);
     CK(cudaMemcpy(d.get(), t->data, t->nbytes, cudaMemcpyHostToDevice));
     const uint8_t* p = ptr<uint8_t>(d);
     weights_.emplace(t->data, std::move(d));

@@ -736,12 +736,40 @@ def test_lm_head_softcap_bit_identical(need_cuda, tmp_path, vocab):
     assert on["kernels"] == apart["kernels"] - 1
 
 
-@pytest.mark.parametrize("preset,qtype", [("e2b", "q4_0"), ("e2b", "q8_0"), ("26b-a4b", "q4_0")])
+INT8_MMA_TYPES = ["q4_1", "q5_0", "q5_1", "q4_k", "q5_k"]
+
+
+@pytest.mark.parametrize("preset,qtype", [("e2b", "q4_0"), ("e2b", "q8_0"), ("26b-a4b", "q4_0")] +
+                         [("e2b", t) for t in INT8_MMA_TYPES] + [("26b-a4b", "q4_k")])
 def test_int8_prefill_default_mode(need_cuda, tmp_path, preset, qtype):
-    """Prefill in default mode: the Q4_0 / Q8_0 products on quantized rows and the int8 tensor
-    cores (matmul_q8.cu; grouped for the experts), chunks of 48 rows (tiles of 64 rows partly
-    filled), against the CPU's precise mode, with the same bounds as the 8-bit decode path."""
+    """Prefill in default mode: the products on quantized rows and the int8 tensor cores
+    (matmul_q8.cu; grouped for the experts: the 26B-A4B Q4_K file's gate/up experts are Q4_K, its
+    down experts Q5_0), chunks of 48 rows (tiles of 64 rows partly filled), against the CPU's
+    precise mode, with the same bounds as the 8-bit decode path."""
     _check_default_mode(tmp_path, preset, qtype, 80, 48)
+
+
+@pytest.mark.parametrize("preset,qtype", [("e2b", t) for t in INT8_MMA_TYPES] + [("26b-a4b", "q4_k")])
+def test_int8_prefill_types_against_f16_tiles(need_cuda, tmp_path, preset, qtype):
+    """The int8 prefill of the types with a minimum (w = d q + m: Q4_1, Q5_1, the K-quants'
+    sub-blocks, whose products add m da sum(qa)) and of Q5_0 runs on the int8 tensor cores: its
+    logits are not the f16 tiles' (MARKBASE_CUDA_INT8_PREFILL=0) and are within the 8-bit bound of
+    them; 70 tokens in one chunk."""
+    path, summary, rng = _synthetic(tmp_path, f"{preset}-{qtype}-mma", preset=preset, layers=2, vocab=4096,
+                                    qtype=qtype)
+    ids = _ids(summary, 70, rng)
+    code = (f"import markbase, numpy as np\nm = markbase.Model.load({str(path)!r}, backend='cuda', prefill_chunk=70)\n"
+            f"np.save(OUT, np.asarray(m.logits({ids!r})))\n")
+    got = {}
+    for flag in ("1", "0"):
+        out = str(tmp_path / f"int8_{flag}.npy")
+        _run_with_env(code.replace("OUT", repr(out)), {"MARKBASE_CUDA_INT8_PREFILL": flag})
+        got[flag] = np.load(out)
+    path.unlink(missing_ok=True)
+    assert np.isfinite(got["1"]).all()
+    assert not np.array_equal(got["1"], got["0"])
+    bound = 2 * Q8_MAX_REL if preset == "26b-a4b" else Q8_MAX_REL  # near-tied experts (Q8_MAX_REL)
+    assert rel_err(got["1"], got["0"]) < bound
 
 
 def test_int8_prefill_odd_widths(need_cuda, tmp_path):

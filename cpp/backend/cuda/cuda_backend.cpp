@@ -15,7 +15,7 @@
 //    reads every MoE layer's top-k back to the host (one wait per layer, launches eager), to
 //    measure what naive host routing costs; MARKBASE_CUDA_GRAPH=0 runs eagerly without capture;
 //    MARKBASE_CUDA_FUSE=0 turns off the fusions and the batching of products (see encode());
-//    MARKBASE_CUDA_INT8_PREFILL=0 sends prefill's Q4_0 / Q8_0 products back to the f16 tiles;
+//    MARKBASE_CUDA_INT8_PREFILL=0 sends prefill's int8 products back to the f16 tiles;
 //    MARKBASE_CUDA_PROFILE=1 times every op with events (recorded into the CUDA graph, which then
 //    runs without programmatic launch) and prints the time per op (label without its layer, graph
 //    size) to stderr when the backend is destroyed; MARKBASE_CUDA_ATTN_TC=0 keeps
@@ -778,8 +778,9 @@ class CudaBackend : public Backend {
     return jobs;
   }
   bool int8_moe(const Graph& g, const Op& op) const {
-    return int8_prefill_ && op.kind == OpKind::MoeExperts && g.rows(op.out) > kDecodeRows && op.w->type == op.w2->type &&
-           cuda::has_int8_mma(static_cast<int>(op.w->type)) && op.n % 32 == 0 && op.k % 32 == 0;
+    return int8_prefill_ && op.kind == OpKind::MoeExperts && g.rows(op.out) > kDecodeRows &&
+           cuda::has_int8_mma(static_cast<int>(op.w->type)) && cuda::has_int8_mma(static_cast<int>(op.w2->type)) &&
+           op.n % 32 == 0 && op.k % 32 == 0;
   }
   // Whether an op after `from` reads slot s as floats before s is written again: anything but
   // int8 products (not MoE, which reads the floats too) served by the prefill buffer while it

@@ -1,11 +1,14 @@
-// Prefill products on 8-bit activations and the int8 tensor cores (default mode; Q4_0 and Q8_0
-// weights): out[m, n] = sum over blocks b of da[m, b] dw[n, b] sum_i qa[m, 32 b + i] qw[n, 32 b + i].
+// Prefill products on 8-bit activations and the int8 tensor cores (default mode; the 32-weight
+// block types, Q4_K and Q5_K): out[m, n] = sum over blocks b of da[m, b] (dw[n, b] sum_i qa[m, 32 b
+// + i] qw[n, 32 b + i] + mw[n, b] sum_i qa[m, 32 b + i]), mw being the minimum of the types that
+// have one (Q4_1, Q5_1, and the K-quants' sub-blocks: dmin times their 6-bit minimum, negated).
 //
 // The activation rows arrive quantized (quantize_q8: blocks of 32 int8 values with one float
 // scale, the decode products' format), and each weight tile is decoded from its blocks into
-// signed int8 codes in shared memory (Q4_0's 4-bit codes minus their offset 8; Q8_0's as they
-// are). One mma.sync m16n8k32 spans exactly one block of both sides, so its int32 sums are scaled
-// by the two blocks' scales into float32 accumulators, as llama.cpp's MMQ does. In place of the
+// int8 codes in shared memory (Q4_0's 4-bit codes minus their offset 8, Q5_0's 5-bit ones minus
+// 16; Q8_0's as they are; the codes of the types with a minimum as they are, 0 to 31). One
+// mma.sync m16n8k32 spans exactly one block of both sides, so its int32 sums are scaled by the two
+// blocks' scales into float32 accumulators, as llama.cpp's MMQ does. In place of the
 // f16 wmma tiles of matmul.cu (weights decoded and activations converted to f16 per tile), this
 // and the tensor-core attention moved the 26B-A4B prefill from 2.1k to 11.5k tokens/s on the H200.
 //
@@ -26,8 +29,10 @@
 // the split.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cuda/matmul_tiles.cuh"
+#include "backend/cuda/q8.cuh"
 
 namespace markbase::cuda {
 namespace {
@@ -38,7 +43,12 @@ static_assert(BM == 64, "the warp grid covers 64 rows");
 // distinct banks (row stride 36 words).
 constexpr int kRowBytes = KB * 32 + 16;
 
-template <int BN_>
+// Weight types whose blocks carry a minimum besides the scale (w = dw q + mw): their products add
+// mw da sum(qa) per block, the activation codes' sums taken from the mma fragments.
+constexpr bool has_min(int t) { return t == MB_Q4_1 || t == MB_Q5_1 || t == MB_Q4_K || t == MB_Q5_K; }
+constexpr bool is_k_quant(int t) { return t == MB_Q4_K || t == MB_Q5_K; }
+
+template <int BN_, bool MIN = false>
 struct Tiles {
   static constexpr int BN = BN_, kThreads = 2 * BN_, kWarpsN = BN_ / 32;
   static constexpr int kAChunks = BM * KB * 2 / kThreads;  // 16-byte activation chunks per thread
@@ -50,6 +60,15 @@ struct Tiles {
     signed char w[BN][kRowBytes];
     float da[KB][BM];
     float dw[KB][BN];
+  };
+  static constexpr int kSmemBytes = 2 * static_cast<int>(sizeof(Stage));
+};
+// The weights' minimums beside their scales (has_min types).
+template <int BN_>
+struct Tiles<BN_, true> : Tiles<BN_, false> {
+  using Base = Tiles<BN_, false>;
+  struct Stage : Base::Stage {
+    float mw[KB][BN_];
   };
   static constexpr int kSmemBytes = 2 * static_cast<int>(sizeof(Stage));
 };
@@ -146,9 +165,13 @@ __device__ __forceinline__ void copy_a_stage(const Args& p, const int (&arow)[C:
 //   PAIRED: thread tid takes pairs (row, pair) tid + kThreads r (r < KB / 4) of BN rows x KB / 2
 //           pairs; else units (row, block) tid + kThreads r (r < KB / 2) of BN rows x KB blocks
 //   (kThreads = 2 BN: the counts per thread do not depend on BN).
+constexpr int block_bytes(int t) {
+  return t == MB_Q4_0 ? 18 : t == MB_Q8_0 ? 34 : t == MB_Q4_1 ? 20 : t == MB_Q5_0 ? 22 : 24;  // Q5_1: 24
+}
+
 template <int TYPE, bool PAIRED>
 struct Staged {
-  static constexpr int kBlockBytes = TYPE == MB_Q4_0 ? 18 : 34;
+  static constexpr int kBlockBytes = block_bytes(TYPE);
   static constexpr int kLoads = PAIRED ? KB / 4 : KB / 2;              // pairs or single blocks
   static constexpr int kPerRow = PAIRED ? KB / 2 : KB;                 // loads per weight row
   static constexpr int kWords = kBlockBytes / 2;  // a pair's 32-bit words, or one block's 16-bit halves
@@ -193,10 +216,38 @@ __device__ __forceinline__ void store_block(const unsigned* words, int off, Stag
   };
   const unsigned short d = static_cast<unsigned short>(off ? words[0] >> 16 : words[0] & 0xFFFFu);
   st.dw[b][dw_pos(n)] = __half2float(__ushort_as_half(d));
+  int4* dst = reinterpret_cast<int4*>(&st.w[n][b * 32]);
+  if constexpr (TYPE == MB_Q4_1 || TYPE == MB_Q5_0 || TYPE == MB_Q5_1) {
+    // Q4_1: d, m, qs[16]; Q5_0: d, qh[4], qs[16]; Q5_1: d, m, qh[4], qs[16]. Codes as Q4_0's
+    // nibbles, with the fifth bits of qh (bit j: weight j) above them; Q5_0's minus 16.
+    if constexpr (has_min(TYPE)) {
+      const unsigned short m = static_cast<unsigned short>(word_at(2) & 0xFFFFu);
+      st.mw[b][dw_pos(n)] = __half2float(__ushort_as_half(m));
+    }
+    constexpr int qs = TYPE == MB_Q4_1 ? 4 : TYPE == MB_Q5_0 ? 6 : 8;
+    const unsigned qh = TYPE == MB_Q4_1 ? 0u : word_at(TYPE == MB_Q5_0 ? 2 : 4);
+    unsigned lo[4], hi[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const unsigned q = word_at(qs + 4 * i);
+      lo[i] = q & 0x0F0F0F0Fu;
+      hi[i] = (q >> 4) & 0x0F0F0F0Fu;
+      if constexpr (TYPE != MB_Q4_1) {
+        lo[i] |= q5_bits((qh >> (4 * i)) & 0xFu);
+        hi[i] |= q5_bits((qh >> (16 + 4 * i)) & 0xFu);
+      }
+      if constexpr (TYPE == MB_Q5_0) {
+        lo[i] = __vsub4(lo[i], 0x10101010u);
+        hi[i] = __vsub4(hi[i], 0x10101010u);
+      }
+    }
+    dst[0] = make_int4(lo[0], lo[1], lo[2], lo[3]);
+    dst[1] = make_int4(hi[0], hi[1], hi[2], hi[3]);
+    return;
+  }
   unsigned q[kQs];
 #pragma unroll
   for (int i = 0; i < kQs; ++i) q[i] = word_at(2 + 4 * i);
-  int4* dst = reinterpret_cast<int4*>(&st.w[n][b * 32]);
   if constexpr (TYPE == MB_Q4_0) {
     // Byte j of code word i holds weight 4i + j in its low nibble and weight 16 + 4i + j in its high one.
     unsigned lo[4], hi[4];
@@ -223,10 +274,10 @@ __device__ __forceinline__ void store_w_stage(const Staged<TYPE, PAIRED>& s, typ
     const int idx = tid + kThreads * r, n = idx / S::kPerRow;
     if constexpr (PAIRED) {
       // words 0 .. 8 (Q4_0) hold block 0 at byte 0 and block 1 at byte 18 = word 4 + 2 bytes;
-      // words 0 .. 16 (Q8_0): block 1 at byte 34 = word 8 + 2 bytes.
+      // words 0 .. 16 (Q8_0): block 1 at byte 34 = word 8 + 2 bytes (Q4_1's 20: word 5 + 0).
       const int b = (idx % S::kPerRow) * 2;
       store_block<TYPE>(s.v[r], 0, st, n, b);
-      store_block<TYPE>(s.v[r] + S::kBlockBytes / 4, 2, st, n, b + 1);
+      store_block<TYPE>(s.v[r] + S::kBlockBytes / 4, S::kBlockBytes % 4, st, n, b + 1);
     } else {
       // 16-bit halves: pack them into words first
       unsigned w[S::kWords / 2 + 1];
@@ -235,6 +286,59 @@ __device__ __forceinline__ void store_w_stage(const Staged<TYPE, PAIRED>& s, typ
       w[S::kWords / 2] = S::kWords % 2 ? s.v[r][S::kWords - 1] : 0u;
       store_block<TYPE>(w, 0, st, n, idx % S::kPerRow);
     }
+  }
+}
+
+// K-quant weights (Q4_K, Q5_K): a stage's 4 blocks of 32 are sub-blocks 4h .. 4h + 3 of one
+// 256-weight super-block, and thread tid takes the pair of sub-blocks (row, pair) tid of BN rows
+// x 2 pairs, whose codes are the low and high nibbles of the same 32 bytes (Q5_K: plus bits 2j
+// and 2j + 1 of the 32 qh bytes): the super-block's d and dmin, its 12 scale bytes, 8 code words
+// (and 8 of qh), loaded 32 bits at a time (144- and 176-byte blocks keep 16-byte alignment).
+template <int TYPE>
+struct StagedK {
+  unsigned dm, sc[3], q[8];
+  unsigned qh[TYPE == MB_Q5_K ? 8 : 1];
+};
+
+template <class C, int TYPE>
+__device__ __forceinline__ void load_w_stage_k(const Args& p, const TileRows& tr, int N, int n0, int kb0, int nb,
+                                               StagedK<TYPE>& s) {
+  static_assert(C::kThreads == 2 * C::BN && KB == 4, "one pair of sub-blocks a thread");
+  const int tid = threadIdx.x, n = n0 + tid / 2, b = kb0 + 2 * (tid % 2);
+  const bool ok = n < N && b < nb;
+  const mb_u8* sb = tr.w + static_cast<size_t>(ok ? n : 0) * p.w.row_bytes + (TYPE == MB_Q4_K ? 144 : 176) * (b >> 3);
+  const unsigned* w = reinterpret_cast<const unsigned*>(sb);
+  s.dm = ok ? __ldg(w) : 0u;
+#pragma unroll
+  for (int i = 0; i < 3; ++i) s.sc[i] = ok ? __ldg(w + 1 + i) : 0u;
+  const unsigned* q = w + (TYPE == MB_Q4_K ? 4 : 12) + 8 * ((b & 7) >> 1);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) s.q[i] = ok ? __ldg(q + i) : 0u;
+  if constexpr (TYPE == MB_Q5_K) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s.qh[i] = ok ? __ldg(w + 4 + i) : 0u;
+  }
+}
+
+template <class C, int TYPE>
+__device__ __forceinline__ void store_w_stage_k(const StagedK<TYPE>& s, int kb0, typename C::Stage& st) {
+  const int tid = threadIdx.x, n = tid / 2, b = 2 * (tid % 2), sub = (kb0 + b) & 7;
+  const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&s.dm));
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {  // sub-blocks sub (low nibbles) and sub + 1 (high)
+    int scale, min;
+    k4_scale_min(s.sc, sub + h, scale, min);
+    st.dw[b + h][dw_pos(n)] = dm.x * static_cast<float>(scale);
+    st.mw[b + h][dw_pos(n)] = -dm.y * static_cast<float>(min);
+    unsigned c[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      c[i] = (s.q[i] >> (4 * h)) & 0x0F0F0F0Fu;
+      if constexpr (TYPE == MB_Q5_K) c[i] |= ((s.qh[i] >> (sub + h)) & 0x01010101u) << 4;
+    }
+    int4* dst = reinterpret_cast<int4*>(&st.w[n][(b + h) * 32]);
+    dst[0] = make_int4(c[0], c[1], c[2], c[3]);
+    dst[1] = make_int4(c[4], c[5], c[6], c[7]);
   }
 }
 
@@ -252,7 +356,7 @@ __device__ __forceinline__ Job block_job(const Args& p) {
 template <int TYPE, bool PAIRED, int BN>
 __global__ void __launch_bounds__(2 * BN, 256 / BN) matmul_q8_kernel(Args p) {
   pdl_entry();
-  using C = Tiles<BN>;
+  using C = Tiles<BN, has_min(TYPE)>;
   using Stage = typename C::Stage;
   constexpr int kThreads = C::kThreads;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -282,10 +386,18 @@ __global__ void __launch_bounds__(2 * BN, 256 / BN) matmul_q8_kernel(Args p) {
 #pragma unroll
       for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
 
-  Staged<TYPE, PAIRED> s;
+  std::conditional_t<is_k_quant(TYPE), StagedK<TYPE>, Staged<TYPE, PAIRED>> s;
+  auto load_w = [&](int kb0) {
+    if constexpr (is_k_quant(TYPE)) load_w_stage_k<C>(p, tr, jb.N, n0, kb0, nb, s);
+    else load_w_stage<C>(p, tr, jb.N, n0, kb0, nb, s);
+  };
+  auto store_w = [&](int kb0, Stage& dst) {
+    if constexpr (is_k_quant(TYPE)) store_w_stage_k<C>(s, kb0, dst);
+    else store_w_stage<C>(s, dst);
+  };
   copy_a_stage<C>(p, arow, st0 * KB, nb, stages[0]);
-  load_w_stage<C>(p, tr, jb.N, n0, st0 * KB, nb, s);
-  store_w_stage<C>(s, stages[0]);
+  load_w(st0 * KB);
+  store_w(st0 * KB, stages[0]);
   cp_async_wait_all();
   __syncthreads();
   for (int st = st0; st < st1; ++st) {
@@ -293,7 +405,7 @@ __global__ void __launch_bounds__(2 * BN, 256 / BN) matmul_q8_kernel(Args p) {
     const int cur = (st - st0) & 1;
     if (more) {  // the next stage's loads, in flight during this stage's products
       copy_a_stage<C>(p, arow, (st + 1) * KB, nb, stages[cur ^ 1]);
-      load_w_stage<C>(p, tr, jb.N, n0, (st + 1) * KB, nb, s);
+      load_w((st + 1) * KB);
     }
     const Stage& S = stages[cur];
 #pragma unroll 1
@@ -332,8 +444,29 @@ __global__ void __launch_bounds__(2 * BN, 256 / BN) matmul_q8_kernel(Args p) {
             acc[i][j][r] = fmaf(fmaf(__int_as_float(c[r]), w, -kMagic * w), da[2 * i + (r >> 1)], acc[i][j][r]);
           }
         }
+      if constexpr (has_min(TYPE)) {
+        // + mw da sum(qa): the block's activation sums of this lane's rows g (fragment words 0 and
+        // 2 of a[i]) and g + 8 (words 1 and 3), each over the 4 lanes t that share the row.
+        const float4 mw4a = *reinterpret_cast<const float4*>(&S.mw[kb][wn * 32 + 8 * t]);
+        const float4 mw4b = *reinterpret_cast<const float4*>(&S.mw[kb][wn * 32 + 8 * t + 4]);
+        const float mw[8] = {mw4a.x, mw4a.y, mw4a.z, mw4a.w, mw4b.x, mw4b.y, mw4b.z, mw4b.w};
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          int sg = __dp4a(a[i][0], 0x01010101, __dp4a(a[i][2], 0x01010101, 0));
+          int sg8 = __dp4a(a[i][1], 0x01010101, __dp4a(a[i][3], 0x01010101, 0));
+          sg += __shfl_xor_sync(0xffffffffu, sg, 1);
+          sg8 += __shfl_xor_sync(0xffffffffu, sg8, 1);
+          sg += __shfl_xor_sync(0xffffffffu, sg, 2);
+          sg8 += __shfl_xor_sync(0xffffffffu, sg8, 2);
+          const float dsa[2] = {da[2 * i] * static_cast<float>(sg), da[2 * i + 1] * static_cast<float>(sg8)};
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[i][j][r] = fmaf(mw[2 * j + (r & 1)], dsa[r >> 1], acc[i][j][r]);
+        }
+      }
     }
-    if (more) store_w_stage<C>(s, stages[cur ^ 1]);
+    if (more) store_w((st + 1) * KB, stages[cur ^ 1]);
     cp_async_wait_all();
     __syncthreads();
   }
@@ -396,13 +529,31 @@ __global__ void __launch_bounds__(2 * BN, 256 / BN) matmul_q8_kernel(Args p) {
     }
 }
 
+// Calls f(std::integral_constant<int, TYPE>) for a run-time has_int8_mma() type.
+template <typename F>
+bool with_mma_type(int type, F&& f) {
+  switch (type) {
+    case MB_Q4_0: f(std::integral_constant<int, MB_Q4_0>{}); return true;
+    case MB_Q8_0: f(std::integral_constant<int, MB_Q8_0>{}); return true;
+    case MB_Q4_1: f(std::integral_constant<int, MB_Q4_1>{}); return true;
+    case MB_Q5_0: f(std::integral_constant<int, MB_Q5_0>{}); return true;
+    case MB_Q5_1: f(std::integral_constant<int, MB_Q5_1>{}); return true;
+    case MB_Q4_K: f(std::integral_constant<int, MB_Q4_K>{}); return true;
+    case MB_Q5_K: f(std::integral_constant<int, MB_Q5_K>{}); return true;
+  }
+  return false;
+}
+constexpr int kMmaTypes[] = {MB_Q4_0, MB_Q8_0, MB_Q4_1, MB_Q5_0, MB_Q5_1, MB_Q4_K, MB_Q5_K};
+
 template <int BN>
 void raise_smem_limit() {
-  constexpr int bytes = Tiles<BN>::kSmemBytes;
-  cudaFuncSetAttribute(matmul_q8_kernel<MB_Q4_0, true, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  cudaFuncSetAttribute(matmul_q8_kernel<MB_Q4_0, false, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  cudaFuncSetAttribute(matmul_q8_kernel<MB_Q8_0, true, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  cudaFuncSetAttribute(matmul_q8_kernel<MB_Q8_0, false, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  for (int type : kMmaTypes)
+    with_mma_type(type, [](auto t) {
+      constexpr int T = decltype(t)::value, bytes = Tiles<BN, has_min(T)>::kSmemBytes;
+      cudaFuncSetAttribute(matmul_q8_kernel<T, true, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      if constexpr (!is_k_quant(T))
+        cudaFuncSetAttribute(matmul_q8_kernel<T, false, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    });
 }
 
 // Blocks of BN columns one multiprocessor holds at once (the Q4_0 kernel's; the others' match).
@@ -419,14 +570,13 @@ int resident_blocks() {
 
 template <int BN>
 void launch(cudaStream_t s, const Args& p, dim3 grid, bool paired) {
-  constexpr int threads = Tiles<BN>::kThreads, smem = Tiles<BN>::kSmemBytes;
-  if (p.w.type == MB_Q4_0) {
-    if (paired) enqueue(matmul_q8_kernel<MB_Q4_0, true, BN>, grid, threads, smem, s, p);
-    else enqueue(matmul_q8_kernel<MB_Q4_0, false, BN>, grid, threads, smem, s, p);
-  } else {
-    if (paired) enqueue(matmul_q8_kernel<MB_Q8_0, true, BN>, grid, threads, smem, s, p);
-    else enqueue(matmul_q8_kernel<MB_Q8_0, false, BN>, grid, threads, smem, s, p);
-  }
+  with_mma_type(p.w.type, [&](auto t) {
+    constexpr int T = decltype(t)::value, threads = Tiles<BN>::kThreads, smem = Tiles<BN, has_min(T)>::kSmemBytes;
+    // the K-quants' loads do not depend on PAIRED (their blocks keep 16-byte alignment): one instance
+    if constexpr (is_k_quant(T)) enqueue(matmul_q8_kernel<T, true, BN>, grid, threads, smem, s, p);
+    else if (paired) enqueue(matmul_q8_kernel<T, true, BN>, grid, threads, smem, s, p);
+    else enqueue(matmul_q8_kernel<T, false, BN>, grid, threads, smem, s, p);
+  });
 }
 
 int g_resident[2] = {4, 2};  // blocks of 64 and of 128 columns per multiprocessor (setup)
@@ -519,7 +669,7 @@ size_t matmul_q8_scratch_bytes(const MatmulQ8Jobs& jobs, int M) {
 int matmul_q8_jobs(cudaStream_t s, const MatmulQ8Jobs& jobs, Q8Vec a, int a_stride, int M, MatmulQ8Scratch scratch,
                    int bn, int split) {
   const WeightRef& w = jobs.w[0];
-  if (jobs.count < 1 || jobs.count > kMaxMatmulQ8Jobs || (w.type != MB_Q4_0 && w.type != MB_Q8_0)) return 0;
+  if (jobs.count < 1 || jobs.count > kMaxMatmulQ8Jobs || !has_int8_mma(w.type)) return 0;
   const Plan pl = choose_plan(jobs, M, scratch.bytes, bn, split);
   Args p{};
   p.w = w;
@@ -548,7 +698,7 @@ int matmul_q8_jobs(cudaStream_t s, const MatmulQ8Jobs& jobs, Q8Vec a, int a_stri
 
 int matmul_q8(cudaStream_t s, const WeightRef& w, int N, Q8Vec a, int a_stride, int M, float* out, int out_stride,
               const Grouped* grouped) {
-  if (w.type != MB_Q4_0 && w.type != MB_Q8_0) return 0;  // the backend checks has_int8_mma() first
+  if (!has_int8_mma(w.type)) return 0;  // the backend checks has_int8_mma() first
   if (!grouped) {
     MatmulQ8Jobs one;
     one.w[0] = w;

@@ -243,24 +243,24 @@ __device__ __forceinline__ void store_block(const unsigned* words, int off, Stag
     }
     dst[0] = make_int4(lo[0], lo[1], lo[2], lo[3]);
     dst[1] = make_int4(hi[0], hi[1], hi[2], hi[3]);
-    return;
-  }
-  unsigned q[kQs];
-#pragma unroll
-  for (int i = 0; i < kQs; ++i) q[i] = word_at(2 + 4 * i);
-  if constexpr (TYPE == MB_Q4_0) {
-    // Byte j of code word i holds weight 4i + j in its low nibble and weight 16 + 4i + j in its high one.
-    unsigned lo[4], hi[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      lo[i] = __vsub4(q[i] & 0x0F0F0F0Fu, 0x08080808u);
-      hi[i] = __vsub4((q[i] >> 4) & 0x0F0F0F0Fu, 0x08080808u);
-    }
-    dst[0] = make_int4(lo[0], lo[1], lo[2], lo[3]);
-    dst[1] = make_int4(hi[0], hi[1], hi[2], hi[3]);
   } else {
-    dst[0] = make_int4(q[0], q[1], q[2], q[3]);
-    dst[1] = make_int4(q[4], q[5], q[6], q[7]);
+    unsigned q[kQs];
+#pragma unroll
+    for (int i = 0; i < kQs; ++i) q[i] = word_at(2 + 4 * i);
+    if constexpr (TYPE == MB_Q4_0) {
+      // Byte j of code word i holds weight 4i + j in its low nibble and weight 16 + 4i + j in its high one.
+      unsigned lo[4], hi[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        lo[i] = __vsub4(q[i] & 0x0F0F0F0Fu, 0x08080808u);
+        hi[i] = __vsub4((q[i] >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+      }
+      dst[0] = make_int4(lo[0], lo[1], lo[2], lo[3]);
+      dst[1] = make_int4(hi[0], hi[1], hi[2], hi[3]);
+    } else {
+      dst[0] = make_int4(q[0], q[1], q[2], q[3]);
+      dst[1] = make_int4(q[4], q[5], q[6], q[7]);
+    }
   }
 }
 

@@ -736,7 +736,7 @@ def test_lm_head_softcap_bit_identical(need_cuda, tmp_path, vocab):
     assert on["kernels"] == apart["kernels"] - 1
 
 
-INT8_MMA_TYPES = ["q4_1", "q5_0", "q5_1", "q4_k", "q5_k"]
+INT8_MMA_TYPES = ["q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"]
 
 
 @pytest.mark.parametrize("preset,qtype", [("e2b", "q4_0"), ("e2b", "q8_0"), ("26b-a4b", "q4_0")] +
@@ -752,7 +752,8 @@ def test_int8_prefill_default_mode(need_cuda, tmp_path, preset, qtype):
 @pytest.mark.parametrize("preset,qtype", [("e2b", t) for t in INT8_MMA_TYPES] + [("26b-a4b", "q4_k")])
 def test_int8_prefill_types_against_f16_tiles(need_cuda, tmp_path, preset, qtype):
     """The int8 prefill of the types with a minimum (w = d q + m: Q4_1, Q5_1, the K-quants'
-    sub-blocks, whose products add m da sum(qa)) and of Q5_0 runs on the int8 tensor cores: its
+    sub-blocks, whose products add m da sum(qa)), of Q5_0 and of Q6_K (two 16-deep products a
+    block, 2-byte aligned super-blocks) runs on the int8 tensor cores: its
     logits are not the f16 tiles' (MARKBASE_CUDA_INT8_PREFILL=0) and are within the 8-bit bound of
     them; 70 tokens in one chunk."""
     path, summary, rng = _synthetic(tmp_path, f"{preset}-{qtype}-mma", preset=preset, layers=2, vocab=4096,

@@ -87,9 +87,8 @@ constexpr bool has_q8_dot(int type) {
 // most of moe.cu's compile time, so the K-quants are left out: such a down weight takes the float
 // expert kernels.
 constexpr bool has_q8_moe_down(int type) { return type == 2 || type == 3 || type == 6 || type == 7 || type == 8; }
-// The types of the int8 tensor-core prefill products (matmul_q8.cu): the 32-weight block types,
-// Q4_K and Q5_K. Not Q6_K, whose 16-weight scales do not fit a 32-deep mma (f16 tiles instead).
-constexpr bool has_int8_mma(int type) { return has_q8_moe_down(type) || type == 12 || type == 13; }
+// The types of the int8 tensor-core prefill products (matmul_q8.cu): every block type.
+constexpr bool has_int8_mma(int type) { return has_q8_dot(type); }
 constexpr int kMaxMatvecJobs = 4;
 struct MatvecJobs {
   WeightRef w[kMaxMatvecJobs];

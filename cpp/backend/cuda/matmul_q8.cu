@@ -1,7 +1,8 @@
-// Prefill products on 8-bit activations and the int8 tensor cores (default mode; the 32-weight
-// block types, Q4_K and Q5_K): out[m, n] = sum over blocks b of da[m, b] (dw[n, b] sum_i qa[m, 32 b
+// Prefill products on 8-bit activations and the int8 tensor cores (default mode; every block
+// type): out[m, n] = sum over blocks b of da[m, b] (dw[n, b] sum_i qa[m, 32 b
 // + i] qw[n, 32 b + i] + mw[n, b] sum_i qa[m, 32 b + i]), mw being the minimum of the types that
 // have one (Q4_1, Q5_1, and the K-quants' sub-blocks: dmin times their 6-bit minimum, negated).
+// Q6_K's scales cover 16 weights: its blocks are two m16n8k16 products, each with its scale.
 //
 // The activation rows arrive quantized (quantize_q8: blocks of 32 int8 values with one float
 // scale, the decode products' format), and each weight tile is decoded from its blocks into
@@ -46,7 +47,10 @@ constexpr int kRowBytes = KB * 32 + 16;
 // Weight types whose blocks carry a minimum besides the scale (w = dw q + mw): their products add
 // mw da sum(qa) per block, the activation codes' sums taken from the mma fragments.
 constexpr bool has_min(int t) { return t == MB_Q4_1 || t == MB_Q5_1 || t == MB_Q4_K || t == MB_Q5_K; }
-constexpr bool is_k_quant(int t) { return t == MB_Q4_K || t == MB_Q5_K; }
+constexpr bool is_k_quant(int t) { return t == MB_Q4_K || t == MB_Q5_K || t == MB_Q6_K; }
+// Q6_K: a scale per 16 weights, so each block of 32 is two m16n8k16 products, the second half's
+// scale kept where the minimums go (mw).
+constexpr bool has_extra(int t) { return has_min(t) || t == MB_Q6_K; }
 
 template <int BN_, bool MIN = false>
 struct Tiles {
@@ -342,6 +346,67 @@ __device__ __forceinline__ void store_w_stage_k(const StagedK<TYPE>& s, int kb0,
   }
 }
 
+// Q6_K weights: a stage's 4 blocks of 32 are one half (h6) of a 210-byte super-block: ql bytes
+// 64 h6 .. + 63 (block q's low 4 bits: byte 32 (q & 1) + l, nibble q >> 1), qh bytes 128 + 32 h6 ..
+// + 31 (bits 2q, 2q + 1 of byte l), int8 scales 192 + 8 h6 + 2q + l / 16, and d at 208. Thread
+// tid takes row tid / 2 and weights l = 16 hh .. 16 hh + 15 (hh = tid % 2) of all 4 blocks, so each
+// 16-weight scale is one thread's. Super-blocks are 2-byte aligned: each run of bytes is loaded as
+// the 32-bit words around it and realigned when stored (as store_block's word_at).
+struct StagedQ6 {
+  unsigned qa[5], qb[5], qh[5], sc[3], d;
+  int off;  // the super-block's address mod 4: 0 or 2
+};
+
+template <class C>
+__device__ __forceinline__ void load_w_stage_q6(const Args& p, const TileRows& tr, int N, int n0, int kb0, int nb,
+                                                StagedQ6& s) {
+  const int tid = threadIdx.x, n = n0 + tid / 2, hh = tid % 2, h6 = (kb0 & 7) >> 2;
+  const bool ok = n < N && kb0 < nb;
+  const uintptr_t at = reinterpret_cast<uintptr_t>(tr.w + static_cast<size_t>(ok ? n : 0) * p.w.row_bytes +
+                                                   210 * static_cast<size_t>(kb0 >> 3));
+  s.off = static_cast<int>(at & 3);
+  const unsigned* w = reinterpret_cast<const unsigned*>(at - s.off);
+  const int qa = (64 * h6 + 16 * hh) / 4, qb = qa + 8, qh = (128 + 32 * h6 + 16 * hh) / 4, sc = (192 + 8 * h6) / 4;
+#pragma unroll
+  for (int i = 0; i < 5; ++i) {
+    s.qa[i] = ok ? __ldg(w + qa + i) : 0u;
+    s.qb[i] = ok ? __ldg(w + qb + i) : 0u;
+    s.qh[i] = ok ? __ldg(w + qh + i) : 0u;
+  }
+#pragma unroll
+  for (int i = 0; i < 3; ++i) s.sc[i] = ok ? __ldg(w + sc + i) : 0u;
+  s.d = ok ? __ldg(w + 52) : 0u;  // block bytes 208, 209: the low half, or the high one when off == 2
+}
+
+template <class C>
+__device__ __forceinline__ void store_w_stage_q6(const StagedQ6& s, typename C::Stage& st) {
+  const int tid = threadIdx.x, n = tid / 2, hh = tid % 2;
+  auto word = [&](const unsigned* v, int i) { return s.off ? __byte_perm(v[i], v[i + 1], 0x5432) : v[i]; };
+  const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(s.off ? s.d >> 16 : s.d & 0xFFFFu)));
+  unsigned scw[2];  // scale bytes 0 .. 7 of the half
+#pragma unroll
+  for (int i = 0; i < 2; ++i) scw[i] = word(s.sc, i);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int k = 2 * q + hh;  // this thread's scale of block q
+    const float scale = static_cast<float>(static_cast<signed char>((scw[k >> 2] >> (8 * (k & 3))) & 0xFFu));
+    (hh ? st.mw : st.dw)[q][dw_pos(n)] = d * scale;
+    unsigned c[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const unsigned lo = word(q & 1 ? s.qb : s.qa, i), hi = word(s.qh, i);
+      c[i] = __vsub4(((lo >> (4 * (q >> 1))) & 0x0F0F0F0Fu) | (((hi >> (2 * q)) & 0x03030303u) << 4), 0x20202020u);
+    }
+    *reinterpret_cast<int4*>(&st.w[n][q * 32 + 16 * hh]) = make_int4(c[0], c[1], c[2], c[3]);
+  }
+}
+
+__device__ __forceinline__ void mma_s8_k16(int (&c)[4], int a0, int a1, int b) {
+  asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a0), "r"(a1), "r"(b));
+}
+
 // This block's product: the last job whose column tiles start at or before blockIdx.x
 // (constant indices: the jobs stay in parameter space).
 __device__ __forceinline__ Job block_job(const Args& p) {
@@ -356,7 +421,7 @@ __device__ __forceinline__ Job block_job(const Args& p) {
 template <int TYPE, bool PAIRED, int BN>
 __global__ void __launch_bounds__(2 * BN, 256 / BN) matmul_q8_kernel(Args p) {
   pdl_entry();
-  using C = Tiles<BN, has_min(TYPE)>;
+  using C = Tiles<BN, has_extra(TYPE)>;
   using Stage = typename C::Stage;
   constexpr int kThreads = C::kThreads;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -386,13 +451,15 @@ __global__ void __launch_bounds__(2 * BN, 256 / BN) matmul_q8_kernel(Args p) {
 #pragma unroll
       for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
 
-  std::conditional_t<is_k_quant(TYPE), StagedK<TYPE>, Staged<TYPE, PAIRED>> s;
+  std::conditional_t<TYPE == MB_Q6_K, StagedQ6, std::conditional_t<is_k_quant(TYPE), StagedK<TYPE>, Staged<TYPE, PAIRED>>> s;
   auto load_w = [&](int kb0) {
-    if constexpr (is_k_quant(TYPE)) load_w_stage_k<C>(p, tr, jb.N, n0, kb0, nb, s);
+    if constexpr (TYPE == MB_Q6_K) load_w_stage_q6<C>(p, tr, jb.N, n0, kb0, nb, s);
+    else if constexpr (is_k_quant(TYPE)) load_w_stage_k<C>(p, tr, jb.N, n0, kb0, nb, s);
     else load_w_stage<C>(p, tr, jb.N, n0, kb0, nb, s);
   };
   auto store_w = [&](int kb0, Stage& dst) {
-    if constexpr (is_k_quant(TYPE)) store_w_stage_k<C>(s, kb0, dst);
+    if constexpr (TYPE == MB_Q6_K) store_w_stage_q6<C>(s, dst);
+    else if constexpr (is_k_quant(TYPE)) store_w_stage_k<C>(s, kb0, dst);
     else store_w_stage<C>(s, dst);
   };
   copy_a_stage<C>(p, arow, st0 * KB, nb, stages[0]);
@@ -432,6 +499,28 @@ __global__ void __launch_bounds__(2 * BN, 256 / BN) matmul_q8_kernel(Args p) {
       const float4 dw4b = *reinterpret_cast<const float4*>(&S.dw[kb][wn * 32 + 8 * t + 4]);
       const float da[4] = {da4.x, da4.y, da4.z, da4.w};
       const float dw[8] = {dw4a.x, dw4a.y, dw4a.z, dw4a.w, dw4b.x, dw4b.y, dw4b.z, dw4b.w};
+      if constexpr (TYPE == MB_Q6_K) {
+        // two m16n8k16 products a block: codes 0-15 (fragment words 0, 1 of a, word 0 of b) with
+        // the first 16 weights' scale (dw), codes 16-31 with the second's (mw)
+        const float4 w4a = *reinterpret_cast<const float4*>(&S.mw[kb][wn * 32 + 8 * t]);
+        const float4 w4b = *reinterpret_cast<const float4*>(&S.mw[kb][wn * 32 + 8 * t + 4]);
+        const float dw2[8] = {w4a.x, w4a.y, w4a.z, w4a.w, w4b.x, w4b.y, w4b.z, w4b.w};
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            int c[4] = {kMagicBits, kMagicBits, kMagicBits, kMagicBits};
+            int c2[4] = {kMagicBits, kMagicBits, kMagicBits, kMagicBits};
+            mma_s8_k16(c, a[i][0], a[i][1], b[j][0]);
+            mma_s8_k16(c2, a[i][2], a[i][3], b[j][1]);
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+              const float w = dw[2 * j + (r & 1)], w2 = dw2[2 * j + (r & 1)];
+              const float v = fmaf(__int_as_float(c[r]), w, -kMagic * w) + fmaf(__int_as_float(c2[r]), w2, -kMagic * w2);
+              acc[i][j][r] = fmaf(v, da[2 * i + (r >> 1)], acc[i][j][r]);
+            }
+          }
+      } else {
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -444,6 +533,7 @@ __global__ void __launch_bounds__(2 * BN, 256 / BN) matmul_q8_kernel(Args p) {
             acc[i][j][r] = fmaf(fmaf(__int_as_float(c[r]), w, -kMagic * w), da[2 * i + (r >> 1)], acc[i][j][r]);
           }
         }
+      }
       if constexpr (has_min(TYPE)) {
         // + mw da sum(qa): the block's activation sums of this lane's rows g (fragment words 0 and
         // 2 of a[i]) and g + 8 (words 1 and 3), each over the 4 lanes t that share the row.
@@ -540,16 +630,17 @@ bool with_mma_type(int type, F&& f) {
     case MB_Q5_1: f(std::integral_constant<int, MB_Q5_1>{}); return true;
     case MB_Q4_K: f(std::integral_constant<int, MB_Q4_K>{}); return true;
     case MB_Q5_K: f(std::integral_constant<int, MB_Q5_K>{}); return true;
+    case MB_Q6_K: f(std::integral_constant<int, MB_Q6_K>{}); return true;
   }
   return false;
 }
-constexpr int kMmaTypes[] = {MB_Q4_0, MB_Q8_0, MB_Q4_1, MB_Q5_0, MB_Q5_1, MB_Q4_K, MB_Q5_K};
+constexpr int kMmaTypes[] = {MB_Q4_0, MB_Q8_0, MB_Q4_1, MB_Q5_0, MB_Q5_1, MB_Q4_K, MB_Q5_K, MB_Q6_K};
 
 template <int BN>
 void raise_smem_limit() {
   for (int type : kMmaTypes)
     with_mma_type(type, [](auto t) {
-      constexpr int T = decltype(t)::value, bytes = Tiles<BN, has_min(T)>::kSmemBytes;
+      constexpr int T = decltype(t)::value, bytes = Tiles<BN, has_extra(T)>::kSmemBytes;
       cudaFuncSetAttribute(matmul_q8_kernel<T, true, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
       if constexpr (!is_k_quant(T))
         cudaFuncSetAttribute(matmul_q8_kernel<T, false, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
@@ -571,7 +662,7 @@ int resident_blocks() {
 template <int BN>
 void launch(cudaStream_t s, const Args& p, dim3 grid, bool paired) {
   with_mma_type(p.w.type, [&](auto t) {
-    constexpr int T = decltype(t)::value, threads = Tiles<BN>::kThreads, smem = Tiles<BN, has_min(T)>::kSmemBytes;
+    constexpr int T = decltype(t)::value, threads = Tiles<BN>::kThreads, smem = Tiles<BN, has_extra(T)>::kSmemBytes;
     // the K-quants' loads do not depend on PAIRED (their blocks keep 16-byte alignment): one instance
     if constexpr (is_k_quant(T)) enqueue(matmul_q8_kernel<T, true, BN>, grid, threads, smem, s, p);
     else if (paired) enqueue(matmul_q8_kernel<T, true, BN>, grid, threads, smem, s, p);

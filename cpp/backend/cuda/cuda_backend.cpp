@@ -8,9 +8,9 @@
 //  - Decode in default mode runs its products on 8-bit activations (q8.cuh): each slot that a
 //    product of block-typed weights (Q4_0 .. Q6_K) reads gets a quantized copy, written by the op
 //    that produces the slot (norm, GeGLU, attention, residual add) or else by a quantize kernel,
-//    and reused by every product that reads it before the slot changes. Prefill in default mode does the same for
-//    its Q4_0 / Q8_0 products (quantized rows, int8 tensor cores: matmul_q8.cu). Precise mode
-//    keeps float32 activations.
+//    and reused by every product that reads it before the slot changes. Prefill in default mode
+//    does the same for its products of block-typed weights (quantized rows, int8 tensor cores:
+//    matmul_q8.cu). Precise mode keeps float32 activations.
 //  - MoE routing stays on the GPU. MARKBASE_CUDA_HOST_ROUTING=1 is a debug switch that instead
 //    reads every MoE layer's top-k back to the host (one wait per layer, launches eager), to
 //    measure what naive host routing costs; MARKBASE_CUDA_GRAPH=0 runs eagerly without capture;
@@ -751,7 +751,7 @@ class CudaBackend : public Backend {
     return jobs;
   }
 
-  // --- 8-bit activations in prefill (default mode): products of Q4_0 / Q8_0 weights on many rows
+  // --- 8-bit activations in prefill (default mode): products of block-typed weights on many rows
   // run on the int8 tensor cores (matmul_q8.cu) from a quantized copy of their input slot.
   bool int8_matmul(const Graph& g, const Op& op) const {
     return int8_prefill_ && op.kind == OpKind::MatMul && g.rows(op.out) > kDecodeRows && op.n > kNarrowRows &&

@@ -366,11 +366,14 @@ def test_q8_decode_default_mode(need_cuda, tmp_path, preset, qtype):
 
 
 def _decode_kernels(tmp_path, preset, qtype, precise=False):
-    """Kernels a decode token and the last token's logits of a 2-layer synthetic file."""
+    """Kernels a decode token (from two generated tokens' stats) and the last prompt token's logits
+    of a 2-layer synthetic file."""
     path, summary, rng = _synthetic(tmp_path, f"{preset}-{qtype}-k", preset=preset, layers=2, vocab=4096, qtype=qtype)
     try:
         m = markbase.Model.load(str(path), backend="cuda", precise=precise, prefill_chunk=1)
-        logits = np.asarray(m.logits(_ids(summary, 6, rng)))[-1]
+        ids = _ids(summary, 6, rng)
+        logits = np.asarray(m.logits(ids))[-1]
+        _greedy(m, ids, 2)
         return m.stats()["kernels_per_token"], logits
     finally:
         path.unlink(missing_ok=True)

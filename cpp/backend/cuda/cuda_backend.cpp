@@ -652,8 +652,12 @@ class CudaBackend : public Backend {
     size_t mmq = 0;
     std::vector<char> batched(g.ops.size(), 0);
     for (size_t oi = 0; oi < g.ops.size(); ++oi)
-      if (!batched[oi] && int8_matmul(g, g.ops[oi]))
-        mmq = std::max(mmq, cuda::matmul_q8_scratch_bytes(prefill_jobs(g, *st, oi, batched), g.rows(g.ops[oi].out)));
+      if (!batched[oi] && int8_matmul(g, g.ops[oi])) {  // as encode() launches them
+        const int M = g.rows(g.ops[oi].out);
+        const std::vector<int> others = other_types(g, oi, batched, true);
+        mmq = std::max(mmq, cuda::matmul_q8_scratch_bytes(prefill_jobs(g, *st, oi, batched), M));
+        for (int t : others) mmq = std::max(mmq, cuda::matmul_q8_scratch_bytes(prefill_jobs(g, *st, oi, batched, t), M));
+      }
     if (mmq) {
       st->matmul_scratch = dev_alloc(mmq);  // zeroed: the tile counters start at 0
       st->matmul_scratch_v = {st->matmul_scratch.get(), mmq};
@@ -726,11 +730,14 @@ class CudaBackend : public Backend {
   // width): each must be movable to oi, i.e. no op in between reads or writes its output, and
   // nothing in between rewrites the input.
   // prefill: int8 prefill products (int8_matmul) of the same input rows instead.
+  // type >= 0: the later products of that weight type (not op oi itself) that can move up to oi.
   std::vector<size_t> batch_products(const Graph& g, size_t oi, const std::vector<char>& done,
-                                     bool prefill = false) const {
+                                     bool prefill = false, int type = -1) const {
     const Op& op = g.ops[oi];
-    std::vector<size_t> jobs{oi};
+    std::vector<size_t> jobs;
+    if (type < 0) jobs.push_back(oi);
     if (!fuse_) return jobs;
+    const int want = type < 0 ? static_cast<int>(op.w->type) : type;
     const size_t max_jobs = prefill ? cuda::kMaxMatmulQ8Jobs : cuda::kMaxMatvecJobs;
     for (size_t j = oi + 1; j < g.ops.size() && jobs.size() < max_jobs; ++j) {
       const Op& o = g.ops[j];
@@ -738,7 +745,7 @@ class CudaBackend : public Backend {
       const bool same_input = prefill ? o.kind == OpKind::MatMul && o.a == op.a && int8_matmul(g, o) &&
                                             g.rows(o.out) == g.rows(op.out)
                                       : reads_q8(g, o, op.a);
-      if (done[j] || o.kind != OpKind::MatMul || !same_input || o.w->type != op.w->type ||
+      if (done[j] || o.kind != OpKind::MatMul || !same_input || static_cast<int>(o.w->type) != want ||
           o.w->cols() != op.w->cols())
         continue;
       bool movable = true;
@@ -762,11 +769,31 @@ class CudaBackend : public Backend {
     return split_k_ && op.kind == OpKind::MatMul && op.w && g.rows(op.out) > kDecodeRows && op.n <= kNarrowRows &&
            !int8_matmul(g, op);
   }
+  // The weight types of the later products that batch_products(g, oi, done, prefill, type) would
+  // move up to oi, other than oi's own: products of another type that read the same input (a
+  // llama.cpp Q4_K_M file's Q6_K v beside Q4_K q and k) run right after oi's launch, one launch a
+  // type, so that the ops after them find them done (norm_rope_store's chain of q, k and v).
+  std::vector<int> other_types(const Graph& g, size_t oi, const std::vector<char>& done, bool prefill) const {
+    std::vector<int> types;
+    if (!fuse_) return types;
+    const Op& op = g.ops[oi];
+    for (size_t j = oi + 1; j < g.ops.size(); ++j) {
+      const Op& o = g.ops[j];
+      if (o.out == op.a) break;
+      const int t = o.w ? static_cast<int>(o.w->type) : -1;
+      if (done[j] || o.kind != OpKind::MatMul || t == static_cast<int>(op.w->type) ||
+          std::find(types.begin(), types.end(), t) != types.end())
+        continue;
+      if (!batch_products(g, oi, done, prefill, t).empty()) types.push_back(t);
+    }
+    return types;
+  }
+
   // Prefill: int8 product oi and the later ones that share its launch (batch_products), as the
   // launch's jobs; marks them done.
-  cuda::MatmulQ8Jobs prefill_jobs(const Graph& g, GraphState& st, size_t oi, std::vector<char>& done) {
+  cuda::MatmulQ8Jobs prefill_jobs(const Graph& g, GraphState& st, size_t oi, std::vector<char>& done, int type = -1) {
     cuda::MatmulQ8Jobs jobs;
-    for (size_t j : batch_products(g, oi, done, true)) {
+    for (size_t j : batch_products(g, oi, done, true, type)) {
       const Op& o = g.ops[j];
       jobs.w[jobs.count] = wref(o.w);
       jobs.n[jobs.count] = o.n;
@@ -1198,16 +1225,20 @@ class CudaBackend : public Backend {
                                         nx->k, out, ptr<float>(st.slots[nx->out]), ptr<unsigned>(st.router_counter));
             ++oi;
           } else if (reads_q8(g, op, op.a)) {
-            cuda::MatvecJobs jobs;
-            for (size_t j : batch_products(g, oi, done)) {
-              const Op& o = g.ops[j];
-              jobs.w[jobs.count] = wref(o.w);
-              jobs.n[jobs.count] = o.n;
-              jobs.out[jobs.count] = ptr<float>(st.slots[o.out]);
-              ++jobs.count;
-              done[j] = 1;
-              q8_cols[o.out] = 0;
-            }
+            auto matvec_jobs = [&](const std::vector<size_t>& batch) {
+              cuda::MatvecJobs jobs;
+              for (size_t j : batch) {
+                const Op& o = g.ops[j];
+                jobs.w[jobs.count] = wref(o.w);
+                jobs.n[jobs.count] = o.n;
+                jobs.out[jobs.count] = ptr<float>(st.slots[o.out]);
+                ++jobs.count;
+                done[j] = 1;
+                q8_cols[o.out] = 0;
+              }
+              return jobs;
+            };
+            cuda::MatvecJobs jobs = matvec_jobs(batch_products(g, oi, done));
             // The final softcap right after a lone product on its output (the LM head): in its launch.
             if (const Op* sc = oi + 1 < g.ops.size() ? &g.ops[oi + 1] : nullptr;
                 fuse_ && head_softcap_ && jobs.count == 1 && sc && !done[oi + 1] && sc->kind == OpKind::Softcap &&
@@ -1217,10 +1248,16 @@ class CudaBackend : public Backend {
             }
             const int K = static_cast<int>(op.w->cols());
             kernels += cuda::matvec_q8(cur_, jobs, need_q8(op.a, K), K);
+            for (int t : other_types(g, oi, done, false))  // the same vector's products of other types
+              kernels += cuda::matvec_q8(cur_, matvec_jobs(batch_products(g, oi, done, false, t)), need_q8(op.a, K), K);
           } else if (int8_matmul(g, op)) {
             const int K = static_cast<int>(op.w->cols());
+            const std::vector<int> others = other_types(g, oi, done, true);
             const cuda::MatmulQ8Jobs jobs = prefill_jobs(g, st, oi, done);
             kernels += cuda::matmul_q8_jobs(cur_, jobs, need_prefill_q8(op.a, K), K, rows, st.matmul_scratch_v);
+            for (int t : others)  // the same rows' products of other types
+              kernels += cuda::matmul_q8_jobs(cur_, prefill_jobs(g, st, oi, done, t), need_prefill_q8(op.a, K), K, rows,
+                                              st.matmul_scratch_v);
           } else if (narrow_product(g, op)) {
             // Few outputs: the MoE router in prefill (128 float32 rows), where the tiled matmul
             // would run one column of 8 blocks (259 us a layer for 256 tokens on the H200) and the

@@ -619,27 +619,13 @@ __global__ void __launch_bounds__(2 * BN, 256 / BN) matmul_q8_kernel(Args p) {
     }
 }
 
-// Calls f(std::integral_constant<int, TYPE>) for a run-time has_int8_mma() type.
-template <typename F>
-bool with_mma_type(int type, F&& f) {
-  switch (type) {
-    case MB_Q4_0: f(std::integral_constant<int, MB_Q4_0>{}); return true;
-    case MB_Q8_0: f(std::integral_constant<int, MB_Q8_0>{}); return true;
-    case MB_Q4_1: f(std::integral_constant<int, MB_Q4_1>{}); return true;
-    case MB_Q5_0: f(std::integral_constant<int, MB_Q5_0>{}); return true;
-    case MB_Q5_1: f(std::integral_constant<int, MB_Q5_1>{}); return true;
-    case MB_Q4_K: f(std::integral_constant<int, MB_Q4_K>{}); return true;
-    case MB_Q5_K: f(std::integral_constant<int, MB_Q5_K>{}); return true;
-    case MB_Q6_K: f(std::integral_constant<int, MB_Q6_K>{}); return true;
-  }
-  return false;
-}
+// The has_int8_mma() types (q8.cuh's with_q8_type dispatches them).
 constexpr int kMmaTypes[] = {MB_Q4_0, MB_Q8_0, MB_Q4_1, MB_Q5_0, MB_Q5_1, MB_Q4_K, MB_Q5_K, MB_Q6_K};
 
 template <int BN>
 void raise_smem_limit() {
   for (int type : kMmaTypes)
-    with_mma_type(type, [](auto t) {
+    with_q8_type(type, [](auto t) {
       constexpr int T = decltype(t)::value, bytes = Tiles<BN, has_extra(T)>::kSmemBytes;
       cudaFuncSetAttribute(matmul_q8_kernel<T, true, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
       if constexpr (!is_k_quant(T))
@@ -661,7 +647,7 @@ int resident_blocks() {
 
 template <int BN>
 void launch(cudaStream_t s, const Args& p, dim3 grid, bool paired) {
-  with_mma_type(p.w.type, [&](auto t) {
+  with_q8_type(p.w.type, [&](auto t) {
     constexpr int T = decltype(t)::value, threads = Tiles<BN>::kThreads, smem = Tiles<BN, has_extra(T)>::kSmemBytes;
     // the K-quants' loads do not depend on PAIRED (their blocks keep 16-byte alignment): one instance
     if constexpr (is_k_quant(T)) enqueue(matmul_q8_kernel<T, true, BN>, grid, threads, smem, s, p);

@@ -1215,8 +1215,9 @@ void experts_q8(cudaStream_t s, int gu_warps, int flight, int forced_rows, bool 
           2 * k * sizeof(float), s, dn, E, Ie, H, k, host_n, route, act_q8, out, dn_early, *dense, hid);
 }
 
-// The experts in default mode, one token (the backend checked: one row, has_q8_dot types,
-// Ie % 32 == 0), with their launch settings; dense: the dense MLP's parts too.
+// The experts in default mode, one token (the backend checked: one row, a has_q8_dot gate/up
+// type, a has_q8_moe_down down type, Ie % 32 == 0), with their launch settings; dense: the dense
+// MLP's parts too.
 void run_experts_q8(cudaStream_t s, const WeightRef& gu, const WeightRef& dn, int E, int Ie, int H, int k, Q8Vec x_q8,
                     const float* route, int host_n, const HostIds& hid, float* act, Q8Vec act_q8, float* out,
                     const DenseMlp* dense, int dense_warps, bool dense_gate_up) {
@@ -1260,7 +1261,7 @@ int moe_experts_decode(cudaStream_t s, const WeightRef& gu, const WeightRef& dn,
   HostIds hid{};
   const int host_n = host_ids ? std::min(rows * k, kMaxHostIds) : 0;
   std::copy(host_ids, host_ids + host_n, hid.ids);
-  if (x_q8.q) {  // the backend checked: one row, has_q8_dot types, Ie % 32 == 0
+  if (x_q8.q) {  // the backend checked: one row, 8-bit kernels for both types, Ie % 32 == 0
     run_experts_q8(s, gu, dn, E, Ie, H, k, x_q8, route, host_n, hid, act, act_q8, out, nullptr, 0, false);
     return 3;
   }

@@ -770,6 +770,20 @@ def test_int8_prefill_default_mode(need_cuda, tmp_path, preset, qtype):
     _check_default_mode(tmp_path, preset, qtype, 80, 48)
 
 
+@pytest.mark.parametrize("qtype", ["q5_0", "q4_1", "q5_1"])
+def test_int8_prefill_odd_block_count(need_cuda, tmp_path, monkeypatch, qtype):
+    """Rows of an odd number of 32-weight blocks: E2B's layers with a 1568-wide residual (49
+    blocks), so the products that read it take matmul_q8's unpaired path (one block a thread,
+    16-bit loads) and the decode units' odd count. Prefill in chunks of 40, then decode, against
+    the CPU's precise mode. (Written after the thirty-fourth session's last device call: first
+    run in the next one.)"""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import make_synthetic_gguf as msg
+    monkeypatch.setitem(msg.PRESETS, "e2b-odd", dict(msg.PRESETS["e2b"], hidden=1568))
+    ids, gpu, got = _check_default_mode(tmp_path, "e2b-odd", qtype, 60, 40)
+    assert _greedy(gpu, ids, 2)[0] == int(np.argmax(got[-1]))
+
+
 @pytest.mark.parametrize("preset,qtype", [("e2b", t) for t in INT8_MMA_TYPES] + [("26b-a4b", "q4_k")])
 def test_int8_prefill_types_against_f16_tiles(need_cuda, tmp_path, preset, qtype):
     """The int8 prefill of the types with a minimum (w = d q + m: Q4_1, Q5_1, the K-quants'

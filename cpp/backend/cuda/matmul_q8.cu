@@ -52,7 +52,7 @@ constexpr bool is_k_quant(int t) { return t == MB_Q4_K || t == MB_Q5_K || t == M
 // scale kept where the minimums go (mw).
 constexpr bool has_extra(int t) { return has_min(t) || t == MB_Q6_K; }
 
-template <int BN_, bool MIN = false>
+template <int BN_, bool EXTRA = false>
 struct Tiles {
   static constexpr int BN = BN_, kThreads = 2 * BN_, kWarpsN = BN_ / 32;
   static constexpr int kAChunks = BM * KB * 2 / kThreads;  // 16-byte activation chunks per thread
@@ -67,7 +67,8 @@ struct Tiles {
   };
   static constexpr int kSmemBytes = 2 * static_cast<int>(sizeof(Stage));
 };
-// The weights' minimums beside their scales (has_min types).
+// A second per-block weight value beside the scale (has_extra types): the minimum, or Q6_K's
+// second 16-weight scale.
 template <int BN_>
 struct Tiles<BN_, true> : Tiles<BN_, false> {
   using Base = Tiles<BN_, false>;
@@ -619,12 +620,9 @@ __global__ void __launch_bounds__(2 * BN, 256 / BN) matmul_q8_kernel(Args p) {
     }
 }
 
-// The has_int8_mma() types (q8.cuh's with_q8_type dispatches them).
-constexpr int kMmaTypes[] = {MB_Q4_0, MB_Q8_0, MB_Q4_1, MB_Q5_0, MB_Q5_1, MB_Q4_K, MB_Q5_K, MB_Q6_K};
-
 template <int BN>
 void raise_smem_limit() {
-  for (int type : kMmaTypes)
+  for (int type = 0; type <= MB_Q6_K; ++type)  // GGML's ids: the has_int8_mma() types among them
     with_q8_type(type, [](auto t) {
       constexpr int T = decltype(t)::value, bytes = Tiles<BN, has_extra(T)>::kSmemBytes;
       cudaFuncSetAttribute(matmul_q8_kernel<T, true, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
@@ -649,7 +647,7 @@ template <int BN>
 void launch(cudaStream_t s, const Args& p, dim3 grid, bool paired) {
   with_q8_type(p.w.type, [&](auto t) {
     constexpr int T = decltype(t)::value, threads = Tiles<BN>::kThreads, smem = Tiles<BN, has_extra(T)>::kSmemBytes;
-    // the K-quants' loads do not depend on PAIRED (their blocks keep 16-byte alignment): one instance
+    // the K-quants have loaders of their own, which PAIRED does not change: one instance
     if constexpr (is_k_quant(T)) enqueue(matmul_q8_kernel<T, true, BN>, grid, threads, smem, s, p);
     else if (paired) enqueue(matmul_q8_kernel<T, true, BN>, grid, threads, smem, s, p);
     else enqueue(matmul_q8_kernel<T, false, BN>, grid, threads, smem, s, p);

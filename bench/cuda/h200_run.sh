@@ -86,11 +86,11 @@ fi
 
 if has kern; then  # decode per op, timed inside the CUDA graph (6-layer 26B-A4B file: one full layer)
   log "kernel table"
-  python3 bench/make_synthetic_gguf.py $M/g4-26b-6L.gguf --preset 26b-a4b --layers 6 --type q4_0 > /dev/null 2>&1
+  python3 bench/make_synthetic_gguf.py $M/g4-26b-6L.gguf --preset 26b-a4b --layers 6 $QARGS > /dev/null 2>&1
   # the clocks while it decodes (latency-bound kernels run at the SM clock the GPU picks)
   nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,utilization.gpu --format=csv,noheader -lms 250 \
     > /tmp/clocks.txt 2>&1 & CLK=$!
-  python3 bench/make_synthetic_gguf.py $M/g4-26b-dense-6L.gguf --preset 26b-a4b --layers 6 --type q4_0 \
+  python3 bench/make_synthetic_gguf.py $M/g4-26b-dense-6L.gguf --preset 26b-a4b --layers 6 $QARGS \
     --dense-equivalent > /dev/null 2>&1
   # the MoE/dense decode ratio on one layer's worth of difference: the dense equivalent first
   "$BENCH" --model $M/g4-26b-dense-6L.gguf --backend cuda --prompt-tokens 512 --gen-tokens 128 \
@@ -137,7 +137,7 @@ print('logits of', markbase.__file__, hashlib.sha256(l.tobytes()).hexdigest(), l
   # one stream), on the 6-layer file and its dense equivalent: the profile above times ops one at
   # a time, which hides how much of each kernel overlaps the one before.
   # and the E4B shape (per-layer embeddings, KV sharing) on 6 layers: where its decode goes
-  python3 bench/make_synthetic_gguf.py $M/g4-e4b-6L.gguf --preset e4b --layers 6 --type q4_0 > /dev/null 2>&1
+  python3 bench/make_synthetic_gguf.py $M/g4-e4b-6L.gguf --preset e4b --layers 6 $QARGS > /dev/null 2>&1
   for f in g4-26b-6L g4-26b-dense-6L g4-e4b-6L; do
     echo "== $f" >> "$OUT/kern_trace.txt"
     MARKBASE_CUDA_TRACE=1 "$BENCH" --model $M/$f.gguf --backend cuda --prompt-tokens 512 --gen-tokens 64 \

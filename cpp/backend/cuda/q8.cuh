@@ -189,15 +189,57 @@ __device__ __forceinline__ unsigned ld_u32_from_u16(const unsigned short* p) {
   return static_cast<unsigned>(ld_u16<SHARED>(p)) | (static_cast<unsigned>(ld_u16<SHARED>(p + 1)) << 16);
 }
 
-// 32 bits of weights at a 4-byte aligned address (the blocks of 20, 24, 144 and 176 bytes).
+// 32 bits of weights at a 4-byte aligned address (Q4_1's 20-byte blocks). This and the wider
+// loads below keep the default L2 policy in every build: MARKBASE_CUDA_WEIGHTS_EVICT_FIRST covers
+// the 16-bit loads of Q4_0, Q5_0 and Q8_0, the types it was measured on.
 template <bool SHARED>
 __device__ __forceinline__ unsigned ld_u32(const mb_u8* p) {
   if constexpr (SHARED) return *reinterpret_cast<const unsigned*>(p);
   else return __ldg(reinterpret_cast<const unsigned*>(p));
 }
 
-// Whether TYPE's rows are read 32 bits at a time (rows and blocks 4-byte aligned) or 16.
-constexpr bool q8_word_aligned(int t) { return t == MB_Q4_1 || t == MB_Q5_1 || t == MB_Q4_K || t == MB_Q5_K; }
+// 64 bits of weights at an 8-byte aligned address (Q5_1's 24-byte blocks).
+template <bool SHARED>
+__device__ __forceinline__ uint2 ld_u64(const mb_u8* p) {
+  if constexpr (SHARED) return *reinterpret_cast<const uint2*>(p);
+  else return __ldg(reinterpret_cast<const uint2*>(p));
+}
+
+// 128 bits of weights at a 16-byte aligned address. Q4_K's and Q5_K's blocks (144 and 176
+// bytes) are multiples of 16, so are their rows and experts, and the backend allocates every
+// weight on its own (cudaMalloc: 256-byte aligned): a unit's header and codes are one load each,
+// where 32-bit loads took eight (the L1's wavefronts, not DRAM, bounded those products).
+template <bool SHARED>
+__device__ __forceinline__ uint4 ld_u128(const mb_u8* p) {
+  if constexpr (SHARED) return *reinterpret_cast<const uint4*>(p);
+  else return __ldg(reinterpret_cast<const uint4*>(p));
+}
+
+// N words of weights at a 2-byte aligned address in shared memory (the staged LM head's Q6_K
+// rows: 210-byte blocks): the 8-byte words around them in ceil((4 N + 6) / 8) loads, funnel-shifted
+// into place, against 2 N 16-bit loads. The window starts at most 6 bytes before p and ends at most
+// 8 bytes after p's last byte (Q6_K's codes end 18 bytes before its block does), within the rows'
+// copy. Global loads keep the 16-bit form: there the raw words stay live until the unit's dot, and
+// the window's extra words took the matrix-vector kernel from 128 registers a thread to 165 (146
+// with 4-byte words), with four units of four rows in flight.
+template <int N>
+__device__ __forceinline__ void lds_words_u16_aligned(const mb_u8* p, unsigned (&out)[N]) {
+  constexpr int L = (4 * N + 6 + 7) / 8;
+  const unsigned a = static_cast<unsigned>(reinterpret_cast<uintptr_t>(p));
+  const uint2* q = reinterpret_cast<const uint2*>(p - (a & 7));  // p's own pointer: stays a shared load
+  unsigned v[2 * L];
+#pragma unroll
+  for (int l = 0; l < L; ++l) {
+    const uint2 t = q[l];
+    v[2 * l] = t.x;
+    v[2 * l + 1] = t.y;
+  }
+  const bool upper = (a & 4) != 0;
+  const unsigned sh = 8 * (a & 3);
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    out[i] = upper ? __funnelshift_r(v[i + 1], v[i + 2], sh) : __funnelshift_r(v[i], v[i + 1], sh);
+}
 
 // The 18-, 22- and 34-byte blocks are only 2-byte aligned: their units are read 16 bits at a time.
 template <int TYPE, bool SHARED = false>
@@ -225,35 +267,48 @@ __device__ __forceinline__ WUnit<TYPE> load_w_unit(const mb_u8* row, int u) {
     w.qh = ld_u32_from_u16<SHARED>(p + 1);
     w.w[0] = ld_u32_from_u16<SHARED>(p + 3 + 4 * h);
     w.w[1] = ld_u32_from_u16<SHARED>(p + 5 + 4 * h);
-  } else if constexpr (TYPE == MB_Q5_1) {  // d, m, qh (4 bytes), qs[16]
+  } else if constexpr (TYPE == MB_Q5_1) {  // d, m, qh (4 bytes), qs[16]: 24-byte blocks, 8-byte aligned
     const mb_u8* p = row + 24 * b;
-    w.dm = ld_u32<SHARED>(p);
-    w.qh = ld_u32<SHARED>(p + 4);
-    w.w[0] = ld_u32<SHARED>(p + 8 + 8 * h);
-    w.w[1] = ld_u32<SHARED>(p + 12 + 8 * h);
+    const uint2 hd = ld_u64<SHARED>(p), c = ld_u64<SHARED>(p + 8 + 8 * h);
+    w.dm = hd.x;
+    w.qh = hd.y;
+    w.w[0] = c.x;
+    w.w[1] = c.y;
   } else if constexpr (TYPE == MB_Q4_K || TYPE == MB_Q5_K) {
     // d, dmin, scales[12], (Q5_K: qh[32]), qs[128]; sub-block s's nibbles in qs[32 (s / 2) ..]
     const int s = b & 7;
     const mb_u8* p = row + (TYPE == MB_Q4_K ? 144 : 176) * (b >> 3);
-    w.dm = ld_u32<SHARED>(p);
-#pragma unroll
-    for (int i = 0; i < 3; ++i) w.sc[i] = ld_u32<SHARED>(p + 4 + 4 * i);
-    const mb_u8* qs = p + (TYPE == MB_Q4_K ? 16 : 48) + 32 * (s >> 1) + 16 * h;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) w.w[i] = ld_u32<SHARED>(qs + 4 * i);
+    const uint4 hd = ld_u128<SHARED>(p);
+    w.dm = hd.x;
+    w.sc[0] = hd.y;
+    w.sc[1] = hd.z;
+    w.sc[2] = hd.w;
+    const uint4 c = ld_u128<SHARED>(p + (TYPE == MB_Q4_K ? 16 : 48) + 32 * (s >> 1) + 16 * h);
+    w.w[0] = c.x;
+    w.w[1] = c.y;
+    w.w[2] = c.z;
+    w.w[3] = c.w;
     if constexpr (TYPE == MB_Q5_K) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) w.qh[i] = ld_u32<SHARED>(p + 16 + 16 * h + 4 * i);
+      const uint4 qh = ld_u128<SHARED>(p + 16 + 16 * h);
+      w.qh[0] = qh.x;
+      w.qh[1] = qh.y;
+      w.qh[2] = qh.z;
+      w.qh[3] = qh.w;
     }
   } else {  // Q6_K: ql[128], qh[64], scales[16] (int8), d; sub-block s = 4 n + q of the 8
     const int s = b & 7, n = s >> 2, q = s & 3;
-    const unsigned short* p = reinterpret_cast<const unsigned short*>(row + 210 * (b >> 3));
-    const unsigned short* ql = p + (64 * n + 32 * (q & 1) + 16 * h) / 2;
-    const unsigned short* qh = p + (128 + 32 * n + 16 * h) / 2;
+    const mb_u8* blk = row + 210 * (b >> 3);
+    const unsigned short* p = reinterpret_cast<const unsigned short*>(blk);
+    const int l0 = 64 * n + 32 * (q & 1) + 16 * h, h0 = 128 + 32 * n + 16 * h;  // byte offsets
+    if constexpr (SHARED) {
+      lds_words_u16_aligned(blk + l0, w.ql);
+      lds_words_u16_aligned(blk + h0, w.qh);
+    } else {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      w.ql[i] = ld_u32_from_u16<SHARED>(ql + 2 * i);
-      w.qh[i] = ld_u32_from_u16<SHARED>(qh + 2 * i);
+      for (int i = 0; i < 4; ++i) {
+        w.ql[i] = ld_u32_from_u16<SHARED>(p + l0 / 2 + 2 * i);
+        w.qh[i] = ld_u32_from_u16<SHARED>(p + h0 / 2 + 2 * i);
+      }
     }
     w.sc = ld_u16<SHARED>(p + (192 + 8 * n + 2 * q) / 2);
     w.d = ld_u16<SHARED>(p + 104);

@@ -473,8 +473,9 @@ def test_decode_scheduling_switches_bit_identical(need_cuda, tmp_path):
 def test_q8_decode_tall_lm_head(need_cuda, tmp_path, qtype):
     """A vocabulary past 65536 rows: the LM head through the staged kernel (rows copied to shared
     memory by cp.async, matvec_q8.cu), with a last block of one row (65541 = 4 * 16385 + 1). Q6_K's
-    rows (1260 bytes) are not whole 16-byte lines, so most blocks' copies start inside a line;
-    Q4_K's units are read 32 bits at a time."""
+    rows (1260 bytes) are not whole 16-byte lines, so most blocks' copies start inside a line, and
+    its 210-byte blocks put the codes' 8-byte windows (q8.cuh) at every offset from 0 to 6; Q4_K's
+    units are read 128 bits at a time."""
     ids, gpu, got = _check_default_mode(tmp_path, "e2b", qtype, 6, 1, vocab=65541)
     assert got.shape[1] == 65541
     assert _greedy(gpu, ids, 2)[0] == int(np.argmax(got[-1]))

@@ -91,9 +91,9 @@ __global__ void __launch_bounds__(kThreads) matvec_q8_tall_kernel(WeightRef w, i
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
   cp_async_wait<0>();
   __syncthreads();
-  const int units = K / 16;
+  const int units = K / q8_unit_weights(TYPE);
   for (int u = threadIdx.x; u < units; u += kThreads) {
-    const XUnit xu = load_x_unit<TYPE>(x.q, x.d, u);
+    const XUnitOf<TYPE> xu = load_x_unit<TYPE>(x.q, x.d, u);
 #pragma unroll
     for (int r = 0; r < R; ++r)
       if (r < nr) acc[r] += unit_dot<TYPE>(load_w_unit<TYPE, true>(srows + skip + r * w.row_bytes, u), xu);
@@ -141,7 +141,7 @@ int launch_rows(cudaStream_t s, MatvecJobs jobs, Q8Vec x, int K) {
   }
   jobs.row0[jobs.count] = rows;
   const unsigned blocks = rows / R;
-  const int warps = matvec_q8_warps(K);
+  const int warps = matvec_q8_warps(K, jobs.w[0].type);
   return with_q8_type(jobs.w[0].type, [&](auto t) {
     constexpr int T = decltype(t)::value;
     constexpr decltype(&matvec_q8_kernel<T, R, 64>) kernel[] = {matvec_q8_kernel<T, R, 64>, matvec_q8_kernel<T, R, 96>,

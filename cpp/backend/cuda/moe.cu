@@ -834,7 +834,7 @@ __global__ void __launch_bounds__(kWarps * 32) down_kernel(WeightRef w, int E, i
 // Default mode, one token, on the quantized x (q8.cuh). grid: (Ie / kPairs, k); a block of THREADS
 // threads computes kPairs gate rows and the matching up rows of expert slot j, all threads
 // striding over the units of the rows, each x unit loaded once for the 2 kPairs rows. THREADS:
-// q8_row_warps' count (3 warps for the 26B-A4B's 176 units: 12 blocks an SM where 4 warps fit 9,
+// q8_row_warps' count (3 warps for the 26B-A4B's 176 Q4_0 units: 12 blocks an SM where 4 warps fit 9,
 // for a launch of 2816 blocks; 8.6 us on the critical path against 10.1).
 constexpr int kQ8Threads = 128;
 constexpr int kPairs = 2;  // 4 ran the 26B-A4B experts 2 us a layer slower on the H200
@@ -861,7 +861,7 @@ __device__ __forceinline__ void gate_up_q8_block(const WeightRef& w, int E, int 
   // Two units a thread in flight (the loads of both before either sum): the expert's rows can
   // only be asked for once the route is known, so every load is on the critical path. The sums
   // keep the order of one unit at a time.
-  const int units = w.K / 16;
+  const int units = w.K / q8_unit_weights(TYPE);
   for (int u = threadIdx.x < THREADS ? static_cast<int>(threadIdx.x) : units; u < units; u += 2 * THREADS) {
     const int u2 = u + THREADS;
     const bool two = u2 < units;
@@ -871,8 +871,8 @@ __device__ __forceinline__ void gate_up_q8_block(const WeightRef& w, int E, int 
       wa[r] = load_w_unit<TYPE>(rows[r], u);
       wb[r] = load_w_unit<TYPE>(rows[r], two ? u2 : u);
     }
-    const XUnit xa = load_x_unit<TYPE>(x.q, x.d, u);
-    const XUnit xb = load_x_unit<TYPE>(x.q, x.d, two ? u2 : u);
+    const XUnitOf<TYPE> xa = load_x_unit<TYPE>(x.q, x.d, u);
+    const XUnitOf<TYPE> xb = load_x_unit<TYPE>(x.q, x.d, two ? u2 : u);
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] += unit_dot<TYPE>(wa[r], xa);
     if (two) {
@@ -924,6 +924,7 @@ template <int TYPE, int FLIGHT, int ROWS>
 __device__ __forceinline__ void down_q8_block(const WeightRef& w, int E, int Ie, int H, int k, const float* route,
                                               int host_n, const HostIds& hid, const Q8Vec& act, float* out, bool early,
                                               int blk) {
+  static_assert(q8_unit_weights(TYPE) == 16, "units of 16 weights (has_q8_moe_down's types)");
   extern __shared__ float rt[];  // the route: 2 k floats (weight, expert id)
   bool waited = !early;  // each thread passes the wait once (pdl_wait stamps the trace)
   if (waited) pdl_wait();
@@ -1149,9 +1150,9 @@ __global__ void combine_kernel(const float* route, int rs, const float* y, int H
 
 // Warps of the decode gate/up kernel (gate_up_q8_kernel's THREADS / 32) for rows of K weights;
 // MARKBASE_CUDA_GATE_UP_WARPS=1-4 forces it.
-int gate_up_warps(int K) {
+int gate_up_warps(int K, int type) {
   static const int forced = env_digit("MARKBASE_CUDA_GATE_UP_WARPS", 1, 4);
-  return forced ? forced : q8_row_warps(K, 1);
+  return forced ? forced : q8_row_warps(K, type, 1);
 }
 
 // Decode experts on the quantized x: gate/up with gu_warps warps a block (1-4), the quantization
@@ -1184,7 +1185,7 @@ void experts_q8(cudaStream_t s, int gu_warps, int flight, int forced_rows, bool 
   }
   if (dense_gate_up) {  // moe_dense_fits (routed) checked the pair of thread counts
     static const bool dense_first = env_flag("MARKBASE_CUDA_DENSE_GU_FIRST", true);  // A/B: =0 last
-    const int dt = matvec_q8_warps(dense->H);  // as matvec_q8 over K = H: the same bits
+    const int dt = matvec_q8_warps(dense->H, GU);  // as matvec_q8 over K = H: the same bits
     using GateUpDense = decltype(&gate_up_dense_kernel<GU, 32, 64>);
     const GateUpDense kernel = gu_warps == 1   ? gate_up_dense_kernel<GU, 32, 64>
                                : gu_warps == 2 ? gate_up_dense_kernel<GU, 64, 64>
@@ -1228,7 +1229,7 @@ void run_experts_q8(cudaStream_t s, const WeightRef& gu, const WeightRef& dn, in
   static const int forced = env_digit("MARKBASE_CUDA_DOWN_FLIGHT", 2, 4);
   const int need = (k * (Ie / 16) + kQ8Threads - 1) / kQ8Threads;
   const int flight = forced ? forced : std::min(4, std::max(2, need));
-  const int gu_warps = gate_up_warps(gu.K);
+  const int gu_warps = gate_up_warps(gu.K, gu.type);
   // The down kernel's early reads (above). A/B switch: MARKBASE_CUDA_DOWN_EARLY=0.
   static const bool dn_early = env_flag("MARKBASE_CUDA_DOWN_EARLY", true);
   // MARKBASE_CUDA_DOWN_ROWS=2 or 4 forces the down kernel's rows a block (experts_q8 picks).
@@ -1293,7 +1294,7 @@ bool moe_dense_fits(const WeightRef* router, const WeightRef& gate_up, const Wei
                     Ie % 32 == 0 && I % 32 == 0;
   if (router) return fits && router->type == MB_F32 && router->K <= kRouterThreads * 4 * kRouterVec;
   // routed (moe_ffn_decode_routed): gate_up_dense_kernel's instances
-  const int gt = gate_up_warps(gate_up.K), dt = matvec_q8_warps(gate.K);
+  const int gt = gate_up_warps(gate_up.K, gate_up.type), dt = matvec_q8_warps(gate.K, gate.type);
   return fits && gate.type == gate_up.type && (gt == dt || (gt == 1 && dt == 2));
 }
 
@@ -1313,7 +1314,8 @@ int moe_ffn_decode(cudaStream_t s, const WeightRef& router, const float* router_
   const DenseMlp d = dense_mlp(k, Ie, H, act, act_q8, gate, up, dense_down, dense_x, dense_out);
   const int I = d.I;
   const RouterArgs r{router, router_x, expert_scale, E, k, logits, route, counter, router_scale_early()};
-  const int gu_dense_warps = matvec_q8_warps(H), dn_dense_warps = matvec_q8_warps(I);  // as matvec_q8: the same bits
+  // as matvec_q8: the same bits
+  const int gu_dense_warps = matvec_q8_warps(H, gate.type), dn_dense_warps = matvec_q8_warps(I, dense_down.type);
   with_q8_type(gate.type, [&](auto t) {
     constexpr int T = decltype(t)::value;
     constexpr decltype(&router_dense_kernel<T, 64>) kernel[] = {router_dense_kernel<T, 64>, router_dense_kernel<T, 96>,
@@ -1329,7 +1331,7 @@ int moe_ffn_decode_routed(cudaStream_t s, const float* route, int E, int k, cons
                           int Ie, int H, Q8Vec x_q8, float* act, Q8Vec act_q8, float* out, const WeightRef& gate,
                           const WeightRef& up, const WeightRef& dense_down, Q8Vec dense_x, float* dense_out) {
   const DenseMlp d = dense_mlp(k, Ie, H, act, act_q8, gate, up, dense_down, dense_x, dense_out);
-  run_experts_q8(s, gu, dn, E, Ie, H, k, x_q8, route, 0, HostIds{}, act, act_q8, out, &d, matvec_q8_warps(d.I), true);
+  run_experts_q8(s, gu, dn, E, Ie, H, k, x_q8, route, 0, HostIds{}, act, act_q8, out, &d, matvec_q8_warps(d.I, d.down.type), true);
   return 3;
 }
 

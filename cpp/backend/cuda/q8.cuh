@@ -18,21 +18,6 @@
 
 namespace markbase::cuda {
 
-// Warps a block needs for its threads, two units each, to cover a row of K weights in one round of
-// loads, within [lo, 4]. Fewer threads than 4 warps when that suffices: a thread with one unit or
-// none takes registers that would let more blocks share an SM (matvec_q8.cu, moe.cu).
-inline int q8_row_warps(int K, int lo) { return std::min(4, std::max(lo, (K / 16 + 63) / 64)); }
-
-// Warps a block of the decode products (matvec_q8, and the dense MLP's products in the MoE
-// launches, which must match it bit for bit): q8_row_warps, 2 to 4. On the 26B-A4B shape
-// (K = 2816: 176 units) 3 warps fit 9 blocks an SM where 4 fit 7 (72 registers a thread), and
-// q/k/v took 5.0 us on the critical path against 6.3 (bench/RESULTS.md, thirteenth session).
-// MARKBASE_CUDA_MATVEC_WARPS=2, 3 or 4 forces it.
-inline int matvec_q8_warps(int K) {
-  static const int forced = env_digit("MARKBASE_CUDA_MATVEC_WARPS", 2, 4);
-  return forced ? forced : q8_row_warps(K, 2);
-}
-
 // A block's scale and its reciprocal from the block's largest magnitude: one SFU reciprocal
 // (__fdividef) and a multiply, where the IEEE divisions (amax / 127, 127 / amax, each with its
 // slow-path check) were ~20 dependent instructions at the end of every decode row chain, on the
@@ -86,17 +71,45 @@ __device__ __forceinline__ void quantize_float4s(const float4 (&v)[VEC], Q8Vec q
 // Work units by weight type. A unit is 16 weights of one 32-weight block of the row (u >> 1 is
 // the block, whose activation scale the unit takes). Split units (the 4- and 5-bit blocks of 32,
 // which keep weights j and j + 16 in one byte's two nibbles): unit h is weights 8h .. 8h + 7 and
-// 16 + 8h .. 16 + 8h + 7. Q8_0 and the K-quants: unit h is weights 16h .. 16h + 15 (in a K-quant
-// the 32-block is a sub-block of its 256-weight super-block; Q6_K's sub-blocks of 16 weights each
-// have a scale of their own, one unit each).
+// 16 + 8h .. 16 + 8h + 7. Q8_0 and Q6_K: unit h is weights 16h .. 16h + 15 (Q6_K's 32-block is a
+// sub-block of its 256-weight super-block, whose 16-weight halves each have a scale of their own).
 constexpr bool q8_split_unit(int t) { return t == MB_Q4_0 || t == MB_Q4_1 || t == MB_Q5_0 || t == MB_Q5_1; }
+// Paired units (Q4_K, Q5_K): 32 weights, half h of the pair of sub-blocks 2p and 2p + 1 of a
+// super-block, whose codes are the low and high nibbles of the same 16 bytes: unit u is
+// super-block u >> 3, pair (u >> 1) & 3, half u & 1, and dots two activation halves (XPair). With
+// 16-weight units each unit loaded the 16 code bytes for half their nibbles, and the 16-byte
+// header for 16 weights: a thread's loads in flight held 8 registers for 9 bytes of the row, so
+// the products fit fewer blocks an SM than Q4_0's (113 registers a thread against 66) and took a
+// second wave where Q4_0's took one (the H200's trace: q/k/v 8.6 against 5.6 us, o 5.1 against
+// 2.3, thirty-fifth session).
+constexpr bool q8_paired_unit(int t) { return t == MB_Q4_K || t == MB_Q5_K; }
+// Weights a unit: the kernels' rows hold K / q8_unit_weights units.
+constexpr int q8_unit_weights(int t) { return q8_paired_unit(t) ? 32 : 16; }
+
+// Warps a block needs for its threads, two units each, to cover a row of K weights of `type` in
+// one round of loads, within [lo, 4]. Fewer threads than 4 warps when that suffices: a thread with
+// one unit or none takes registers that would let more blocks share an SM (matvec_q8.cu, moe.cu).
+inline int q8_row_warps(int K, int type, int lo) {
+  return std::min(4, std::max(lo, (K / q8_unit_weights(type) + 63) / 64));
+}
+
+// Warps a block of the decode products (matvec_q8, and the dense MLP's products in the MoE
+// launches, which must match it bit for bit): q8_row_warps, 2 to 4. On the 26B-A4B shape
+// (K = 2816: 176 units) 3 warps fit 9 blocks an SM where 4 fit 7 (72 registers a thread), and
+// q/k/v took 5.0 us on the critical path against 6.3 (bench/RESULTS.md, thirteenth session).
+// MARKBASE_CUDA_MATVEC_WARPS=2, 3 or 4 forces it.
+inline int matvec_q8_warps(int K, int type) {
+  static const int forced = env_digit("MARKBASE_CUDA_MATVEC_WARPS", 2, 4);
+  return forced ? forced : q8_row_warps(K, type, 2);
+}
+
 // Whether a unit's dot needs the sum of its activations: weights stored with an offset (Q4_0's 8,
 // Q5_0's 16, Q6_K's 32) or with a per-block minimum (Q4_1, Q5_1, Q4_K, Q5_K).
 constexpr bool q8_needs_sum(int t) { return t != MB_Q8_0; }
 
-// The activation side of one unit: 16 int8 values as 4 words (the weights' order), the block's
-// scale, their sum where the type needs it, and the unit's index (the K-quants' sub-block and
-// half; dead code for the others).
+// The activation side of a 16-weight unit: 16 int8 values as 4 words (the weights' order), the
+// block's scale, their sum where the type needs it, and the unit's index (Q6_K's sub-block and
+// half, Q5_0's and Q5_1's half; dead code for the others).
 struct XUnit {
   int v[4];
   float d;
@@ -104,8 +117,18 @@ struct XUnit {
   int u;
 };
 
+// The activation side of a paired unit: the halves of blocks 2p and 2p + 1 that its low and high
+// nibbles take, and the pair p within the super-block.
+struct XPair {
+  XUnit lo, hi;
+  int p;
+};
 template <int TYPE>
-__device__ __forceinline__ XUnit load_x_unit(const signed char* q, const float* d, int u) {
+using XUnitOf = std::conditional_t<q8_paired_unit(TYPE), XPair, XUnit>;
+
+// The 16-value activation unit u (block u >> 1, half u & 1) in TYPE's order.
+template <int TYPE>
+__device__ __forceinline__ XUnit load_x_half(const signed char* q, const float* d, int u) {
   XUnit x;
   const int b = u >> 1, h = u & 1;
   x.d = __ldg(d + b);
@@ -124,6 +147,17 @@ __device__ __forceinline__ XUnit load_x_unit(const signed char* q, const float* 
   else
     x.sum = 0;
   return x;
+}
+
+// The activation side of unit u of a TYPE row.
+template <int TYPE>
+__device__ __forceinline__ XUnitOf<TYPE> load_x_unit(const signed char* q, const float* d, int u) {
+  if constexpr (q8_paired_unit(TYPE)) {
+    const int p = (u >> 1) & 3, lo = 2 * (8 * (u >> 3) + 2 * p) + (u & 1);  // block 8 sb + 2p, half u & 1
+    return XPair{load_x_half<TYPE>(q, d, lo), load_x_half<TYPE>(q, d, lo + 2), p};
+  } else {
+    return load_x_half<TYPE>(q, d, u);
+  }
 }
 
 // The weight side of one unit: its bytes as loaded (scales and codes); unit_dot decodes them, so
@@ -154,14 +188,14 @@ template <>
 struct WUnit<MB_Q4_K> {
   unsigned dm;     // the super-block's d, dmin (f16 each)
   unsigned sc[3];  // its 12 bytes of 6-bit scales and minimums
-  unsigned w[4];   // 16 bytes of codes: the sub-block's nibbles (low for even sub-blocks)
+  unsigned w[4];   // 16 bytes of codes: sub-block 2p's in the low nibbles, 2p + 1's in the high
 };
 template <>
 struct WUnit<MB_Q5_K> {
   unsigned dm;
   unsigned sc[3];
   unsigned w[4];
-  unsigned qh[4];  // 16 bytes of fifth bits (bit s for sub-block s)
+  unsigned qh[4];  // 16 bytes of fifth bits (bits 2p and 2p + 1 for the pair's sub-blocks)
 };
 template <>
 struct WUnit<MB_Q6_K> {
@@ -274,16 +308,15 @@ __device__ __forceinline__ WUnit<TYPE> load_w_unit(const mb_u8* row, int u) {
     w.qh = hd.y;
     w.w[0] = c.x;
     w.w[1] = c.y;
-  } else if constexpr (TYPE == MB_Q4_K || TYPE == MB_Q5_K) {
-    // d, dmin, scales[12], (Q5_K: qh[32]), qs[128]; sub-block s's nibbles in qs[32 (s / 2) ..]
-    const int s = b & 7;
-    const mb_u8* p = row + (TYPE == MB_Q4_K ? 144 : 176) * (b >> 3);
+  } else if constexpr (q8_paired_unit(TYPE)) {
+    // d, dmin, scales[12], (Q5_K: qh[32]), qs[128]; the pair's nibbles in qs[32 pair ..]
+    const mb_u8* p = row + (TYPE == MB_Q4_K ? 144 : 176) * (u >> 3);
     const uint4 hd = ld_u128<SHARED>(p);
     w.dm = hd.x;
     w.sc[0] = hd.y;
     w.sc[1] = hd.z;
     w.sc[2] = hd.w;
-    const uint4 c = ld_u128<SHARED>(p + (TYPE == MB_Q4_K ? 16 : 48) + 32 * (s >> 1) + 16 * h);
+    const uint4 c = ld_u128<SHARED>(p + (TYPE == MB_Q4_K ? 16 : 48) + 32 * ((u >> 1) & 3) + 16 * h);
     w.w[0] = c.x;
     w.w[1] = c.y;
     w.w[2] = c.z;
@@ -344,7 +377,7 @@ __device__ __forceinline__ int dp4a4(const unsigned (&c)[4], const XUnit& x) {
 
 // dot(weights of the unit, activations of the unit), in float.
 template <int TYPE>
-__device__ __forceinline__ float unit_dot(const WUnit<TYPE>& w, const XUnit& x) {
+__device__ __forceinline__ float unit_dot(const WUnit<TYPE>& w, const XUnitOf<TYPE>& x) {
   constexpr unsigned m = 0x0F0F0F0Fu;
   if constexpr (TYPE == MB_Q4_0) {
     int s;
@@ -374,19 +407,24 @@ __device__ __forceinline__ float unit_dot(const WUnit<TYPE>& w, const XUnit& x) 
       const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&w.dm));
       return x.d * (dm.x * static_cast<float>(s) + dm.y * static_cast<float>(x.sum));
     }
-  } else if constexpr (TYPE == MB_Q4_K || TYPE == MB_Q5_K) {
-    const int sb = (x.u >> 1) & 7;
-    const int sh = 4 * (sb & 1);
-    unsigned c[4];
+  } else if constexpr (q8_paired_unit(TYPE)) {
+    const int s = 2 * x.p;  // the low nibbles' sub-block; the high nibbles' is s + 1
+    unsigned lo[4], hi[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      c[i] = (w.w[i] >> sh) & m;
-      if constexpr (TYPE == MB_Q5_K) c[i] |= ((w.qh[i] >> sb) & 0x01010101u) << 4;
+      lo[i] = w.w[i] & m;
+      hi[i] = (w.w[i] >> 4) & m;
+      if constexpr (TYPE == MB_Q5_K) {
+        lo[i] |= ((w.qh[i] >> s) & 0x01010101u) << 4;
+        hi[i] |= ((w.qh[i] >> (s + 1)) & 0x01010101u) << 4;
+      }
     }
-    int scale, min;
-    k4_scale_min(w.sc, sb, scale, min);
+    int scale_lo, min_lo, scale_hi, min_hi;
+    k4_scale_min(w.sc, s, scale_lo, min_lo);
+    k4_scale_min(w.sc, s + 1, scale_hi, min_hi);
     const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&w.dm));
-    return x.d * (dm.x * static_cast<float>(scale * dp4a4(c, x)) - dm.y * static_cast<float>(min * x.sum));
+    return x.lo.d * (dm.x * static_cast<float>(scale_lo * dp4a4(lo, x.lo)) - dm.y * static_cast<float>(min_lo * x.lo.sum)) +
+           x.hi.d * (dm.x * static_cast<float>(scale_hi * dp4a4(hi, x.hi)) - dm.y * static_cast<float>(min_hi * x.hi.sum));
   } else {  // Q6_K
     const int sb = (x.u >> 1) & 7, q = sb & 3;
     const int shl = 4 * (q >> 1), shh = 2 * q;
@@ -457,7 +495,7 @@ template <int TYPE, int R, int THREADS>
 __device__ __forceinline__ float matvec_q8_block(const mb_u8* const (&rows)[R], int K, size_t row_bytes, Q8Vec x,
                                                  bool trigger_after_wait = false) {
   static_assert(THREADS % 32 == 0 && THREADS <= 128, "at most 4 warps compute");
-  const int units = K / 16;
+  const int units = K / q8_unit_weights(TYPE);
   const bool mine = threadIdx.x < THREADS;
   WUnit<TYPE> wa[R], wb[R];
   auto load_step = [&](int u) {
@@ -481,8 +519,8 @@ __device__ __forceinline__ float matvec_q8_block(const mb_u8* const (&rows)[R], 
   for (; u < units; u += 2 * THREADS) {
     const int u2 = u + THREADS;
     const bool two = u2 < units;
-    const XUnit xa = load_x_unit<TYPE>(x.q, x.d, u);
-    const XUnit xb = load_x_unit<TYPE>(x.q, x.d, two ? u2 : u);
+    const XUnitOf<TYPE> xa = load_x_unit<TYPE>(x.q, x.d, u);
+    const XUnitOf<TYPE> xb = load_x_unit<TYPE>(x.q, x.d, two ? u2 : u);
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] += unit_dot<TYPE>(wa[r], xa) + (two ? unit_dot<TYPE>(wb[r], xb) : 0.0f);
     if (u + 2 * THREADS < units) load_step(u + 2 * THREADS);

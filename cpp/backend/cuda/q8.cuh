@@ -357,7 +357,7 @@ __device__ __forceinline__ unsigned q5_bits(unsigned b) {
 // The 6-bit scale and minimum of a Q4_K / Q5_K sub-block s from the 12 scale bytes (GGML's
 // get_scale_min_k4): sub-blocks 0-3 in the low 6 bits of bytes s and s + 4, 4-7 in nibbles of
 // bytes s + 4 with their top two bits in bytes s - 4 and s.
-__device__ __forceinline__ void k4_scale_min(const unsigned (&sc)[3], int s, int& scale, int& min) {
+__host__ __device__ __forceinline__ void k4_scale_min(const unsigned (&sc)[3], int s, int& scale, int& min) {
   const int sh = 8 * (s & 3);
   const int b0 = (sc[0] >> sh) & 0xFF, b1 = (sc[1] >> sh) & 0xFF;
   if (s < 4) {
@@ -368,6 +368,21 @@ __device__ __forceinline__ void k4_scale_min(const unsigned (&sc)[3], int s, int
     scale = (b2 & 0xF) | ((b0 >> 6) << 4);
     min = (b2 >> 4) | ((b1 >> 6) << 4);
   }
+}
+
+// k4_scale_min of both sub-blocks of pair p (2p and 2p + 1: neighbouring bytes, on the same side
+// of the 0-3 / 4-7 split), without a branch: the scales in bytes 0 (2p) and 1 (2p + 1) of *scales,
+// the minimums likewise in *mins. A pair's side differs between neighbouring lanes (lane l takes
+// pair (l >> 1) & 3), so k4_scale_min's branch diverged in every warp of the paired products.
+__host__ __device__ __forceinline__ void k4_scale_min_pair(const unsigned (&sc)[3], int p, unsigned& scales,
+                                                           unsigned& mins) {
+  const unsigned sh = 16u * static_cast<unsigned>(p & 1);
+  const unsigned b0 = sc[0] >> sh, b1 = sc[1] >> sh, b2 = sc[2] >> sh;  // bytes 2 (p & 1) .. + 1
+  const unsigned lo_s = b0 & 0x3F3Fu, lo_m = b1 & 0x3F3Fu;                    // pairs 0, 1
+  const unsigned hi_s = (b2 & 0x0F0Fu) | ((b0 & 0xC0C0u) >> 2);              // pairs 2, 3
+  const unsigned hi_m = ((b2 >> 4) & 0x0F0Fu) | ((b1 & 0xC0C0u) >> 2);
+  scales = p < 2 ? lo_s : hi_s;
+  mins = p < 2 ? lo_m : hi_m;
 }
 
 __device__ __forceinline__ int dp4a4(const unsigned (&c)[4], const XUnit& x) {
@@ -419,9 +434,10 @@ __device__ __forceinline__ float unit_dot(const WUnit<TYPE>& w, const XUnitOf<TY
         hi[i] |= ((w.qh[i] >> (s + 1)) & 0x01010101u) << 4;
       }
     }
-    int scale_lo, min_lo, scale_hi, min_hi;
-    k4_scale_min(w.sc, s, scale_lo, min_lo);
-    k4_scale_min(w.sc, s + 1, scale_hi, min_hi);
+    unsigned scales, mins;
+    k4_scale_min_pair(w.sc, x.p, scales, mins);
+    const int scale_lo = scales & 0xFF, scale_hi = (scales >> 8) & 0xFF;
+    const int min_lo = mins & 0xFF, min_hi = (mins >> 8) & 0xFF;
     const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&w.dm));
     return x.lo.d * (dm.x * static_cast<float>(scale_lo * dp4a4(lo, x.lo)) - dm.y * static_cast<float>(min_lo * x.lo.sum)) +
            x.hi.d * (dm.x * static_cast<float>(scale_hi * dp4a4(hi, x.hi)) - dm.y * static_cast<float>(min_hi * x.hi.sum));

@@ -15,6 +15,7 @@ markbase.BackendError, and every GPU test skips with the reason.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -26,6 +27,29 @@ from backend_check import rel_err
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_REL = 1e-3
+
+
+def test_k4_scale_unpacking_against_gguf(tmp_path):
+    """The decode units' Q4_K / Q5_K 6-bit scales and minimums (q8.cuh's k4_scale_min, and
+    k4_scale_min_pair: the paired units' two sub-blocks at once, branch-free) against the gguf
+    package's Q4_K unpacking, on random headers and the all-zero / all-one ones. Host code built
+    with nvcc: runs without a GPU (CI), skips where there is no nvcc."""
+    gguf_quants = pytest.importorskip("gguf.quants")
+    nvcc = os.environ.get("NVCC") or shutil.which("nvcc") or shutil.which("nvcc", path="/usr/local/cuda/bin")
+    if nvcc is None:
+        pytest.skip("no nvcc here: the CUDA headers' host check needs it")
+    exe = tmp_path / "k4_scales"
+    subprocess.run([nvcc, "-std=c++17", "-O1", "--expt-relaxed-constexpr", "-I", os.path.join(ROOT, "cpp"),
+                    os.path.join(ROOT, "tests", "cuda_k4_scales_main.cu"), "-o", str(exe)], check=True)
+    rng = np.random.default_rng(7)
+    headers = np.concatenate([np.zeros((1, 12), np.uint8), np.full((1, 12), 255, np.uint8),
+                              rng.integers(0, 256, (4000, 12), dtype=np.uint8)])
+    out = subprocess.run([str(exe)], input=headers.tobytes(), capture_output=True, check=True).stdout
+    got = np.array(out.split(), dtype=np.int64).reshape(len(headers), 8, 4)
+    want_sc, want_min = (np.asarray(a).reshape(len(headers), 8).astype(np.int64)
+                         for a in gguf_quants.Q4_K.get_scale_min(headers))
+    for col, want in [(0, want_sc), (1, want_min), (2, want_sc), (3, want_min)]:
+        np.testing.assert_array_equal(got[:, :, col], want)
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 // Decode matrix-vector products on 8-bit activations (q8.cuh), and the quantization of a vector.
 //
-// Layout: a block of 2-4 warps computes R rows; its threads stride over the rows' units (half
-// weight blocks), each thread loading the activation unit once for all R rows and two units'
+// Layout: a block of 2-4 warps computes R rows; its threads stride over the rows' units (q8.cuh:
+// 16 or 32 weights), each thread loading the activation unit once for all R rows and two units'
 // loads before the first use, so that enough bytes are in flight per SM to run at DRAM speed.
 // One launch may serve several weights that read the same vector (q/k/v, gate/up): their rows
 // are concatenated in the grid, each block staying within one weight.

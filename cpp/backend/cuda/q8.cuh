@@ -5,11 +5,12 @@
 // the float path this cuts the instructions and the L1 traffic per weight byte several times over,
 // which is what kept the float kernels far under DRAM speed on the H200.
 //
-// Work unit: half a weight block (16 weights) of one row. Q4_0 half-block h of block b holds
-// weights 8h..8h+7 in the low nibbles of qs bytes 8h..8h+7 and weights 16+8h..16+8h+7 in their
-// high nibbles; Q8_0 half-block h is qs bytes 16h..16h+15. Block layouts are GGML's
-// (metal/dequant.h decodes the same bytes to floats); rows and blocks are 2-byte aligned, so the
-// codes are read as 16-bit words.
+// Work unit: half a 32-weight block (16 weights) of one row, or for Q4_K and Q5_K half a pair of
+// sub-blocks (32 weights: paired units, below). Q4_0 half-block h of block b holds weights
+// 8h..8h+7 in the low nibbles of qs bytes 8h..8h+7 and weights 16+8h..16+8h+7 in their high
+// nibbles; Q8_0 half-block h is qs bytes 16h..16h+15. Block layouts are GGML's (metal/dequant.h
+// decodes the same bytes to floats); each type's rows are read in the widest words its block size
+// keeps aligned (16 bits for the 18-, 22- and 34-byte blocks).
 #pragma once
 #include <algorithm>
 #include <type_traits>

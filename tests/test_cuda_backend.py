@@ -29,27 +29,86 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_REL = 1e-3
 
 
-def test_k4_scale_unpacking_against_gguf(tmp_path):
+def _nvcc():
+    nvcc = os.environ.get("NVCC") or shutil.which("nvcc") or shutil.which("nvcc", path="/usr/local/cuda/bin")
+    if nvcc is None:
+        pytest.skip("no nvcc here: the CUDA headers' host checks need it")
+    return nvcc
+
+
+def _host_build(tmp_path_factory, main):
+    """tests/<main>.cu built with nvcc as host code (no GPU needed to run it)."""
+    exe = tmp_path_factory.mktemp("cuda_host") / main
+    subprocess.run([_nvcc(), "-std=c++17", "-O1", "--expt-relaxed-constexpr", "-I", os.path.join(ROOT, "cpp"),
+                    os.path.join(ROOT, "tests", main + ".cu"), "-o", str(exe)], check=True)
+    return str(exe)
+
+
+@pytest.fixture(scope="module")
+def units_exe(tmp_path_factory):
+    return _host_build(tmp_path_factory, "cuda_units_main")
+
+
+def test_k4_scale_unpacking_against_gguf(tmp_path_factory):
     """The decode units' Q4_K / Q5_K 6-bit scales and minimums (q8.cuh's k4_scale_min, and
     k4_scale_min_pair: the paired units' two sub-blocks at once, branch-free) against the gguf
     package's Q4_K unpacking, on random headers and the all-zero / all-one ones. Host code built
     with nvcc: runs without a GPU (CI), skips where there is no nvcc."""
     gguf_quants = pytest.importorskip("gguf.quants")
-    nvcc = os.environ.get("NVCC") or shutil.which("nvcc") or shutil.which("nvcc", path="/usr/local/cuda/bin")
-    if nvcc is None:
-        pytest.skip("no nvcc here: the CUDA headers' host check needs it")
-    exe = tmp_path / "k4_scales"
-    subprocess.run([nvcc, "-std=c++17", "-O1", "--expt-relaxed-constexpr", "-I", os.path.join(ROOT, "cpp"),
-                    os.path.join(ROOT, "tests", "cuda_k4_scales_main.cu"), "-o", str(exe)], check=True)
+    exe = _host_build(tmp_path_factory, "cuda_k4_scales_main")
     rng = np.random.default_rng(7)
     headers = np.concatenate([np.zeros((1, 12), np.uint8), np.full((1, 12), 255, np.uint8),
                               rng.integers(0, 256, (4000, 12), dtype=np.uint8)])
-    out = subprocess.run([str(exe)], input=headers.tobytes(), capture_output=True, check=True).stdout
+    out = subprocess.run([exe], input=headers.tobytes(), capture_output=True, check=True).stdout
     got = np.array(out.split(), dtype=np.int64).reshape(len(headers), 8, 4)
     want_sc, want_min = (np.asarray(a).reshape(len(headers), 8).astype(np.int64)
                          for a in gguf_quants.Q4_K.get_scale_min(headers))
     for col, want in [(0, want_sc), (1, want_min), (2, want_sc), (3, want_min)]:
         np.testing.assert_array_equal(got[:, :, col], want)
+
+
+# GGML block layouts for random blocks: (type id, block bytes, weights a block, byte offsets of
+# the f16 fields (scales, minimums), the rows' alignment in memory).
+UNIT_BLOCKS = {"q4_0": (2, 18, 32, [0], 2), "q4_1": (3, 20, 32, [0, 2], 4), "q5_0": (6, 22, 32, [0], 2),
+               "q5_1": (7, 24, 32, [0, 2], 8), "q8_0": (8, 34, 32, [0], 2), "q4_k": (12, 144, 256, [0, 2], 16),
+               "q5_k": (13, 176, 256, [0, 2], 16), "q6_k": (14, 210, 256, [208], 2)}
+
+
+@pytest.mark.parametrize("qtype", list(UNIT_BLOCKS))
+def test_q8_units_against_gguf_dequantize(units_exe, qtype):
+    """Every block type's decode units (q8.cuh: the weight loads in their widths, the decoding, the
+    paired K-quant units, the dp4a dot against the 8-bit activations), built as host code, against
+    the gguf package's dequantizer: rows of random blocks (random codes, scales and minimums; sane
+    f16 factors) dotted with random 8-bit activations. Rows follow each other as in a weight, so
+    their starts take every alignment the block size allows; the staged LM head's loads from
+    shared memory run too, with the rows at every offset their alignment allows inside a 16-byte
+    line (its copy starts where the row does). Runs without a GPU (CI)."""
+    gguf = pytest.importorskip("gguf")
+    type_id, block, per, f16_at, align = UNIT_BLOCKS[qtype]
+    ggml = gguf.GGMLQuantizationType[qtype.upper()]
+    rng = np.random.default_rng(type_id)
+    K = 768 if per == 256 else 800  # 3 super-blocks / 25 blocks: odd counts, so row starts move
+    rows = 6
+    blocks = rng.integers(0, 256, (rows * K // per, block), dtype=np.uint8)
+    for at in f16_at:
+        f = (rng.uniform(0.002, 0.05, len(blocks)) * rng.choice([-1.0, 1.0], len(blocks))).astype(np.float16)
+        blocks[:, at:at + 2] = f.view(np.uint8).reshape(-1, 2)
+    data = blocks.reshape(rows, -1)
+    want_w = np.asarray(gguf.quants.dequantize(data, ggml), dtype=np.float64).reshape(rows, K)
+    xq = rng.integers(-127, 128, K, dtype=np.int8)
+    xd = rng.uniform(0.001, 0.02, K // 32).astype(np.float32)
+    x = xq.astype(np.float64) * np.repeat(xd.astype(np.float64), 32)
+    want = want_w @ x
+    scale = np.abs(want_w * x).sum(axis=1)
+    for shared, offsets in [(0, [0]), (1, range(0, 16, align))]:
+        for off in offsets:
+            inp = np.array([type_id, K, rows, off, shared], np.int32).tobytes() + data.tobytes() + \
+                xq.tobytes() + xd.tobytes()
+            out = subprocess.run([units_exe], input=inp, capture_output=True, check=True).stdout
+            got = np.array(out.split(), dtype=np.float64)
+            assert got.shape == (rows,)
+            err = np.abs(got - want) / scale
+            assert err.max() < 1e-5, (qtype, shared, off, err)
 
 
 @pytest.fixture(scope="module")

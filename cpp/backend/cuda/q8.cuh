@@ -19,6 +19,35 @@
 
 namespace markbase::cuda {
 
+// The work units below (loads, decoding, dots) also build as host code, so that
+// tests/cuda_units_main.cu checks them on the CPU against the gguf package's dequantizers (CI has
+// no GPU). Their device intrinsics go through these twins; on the device they are the intrinsics.
+#define MB_UNIT __host__ __device__ __forceinline__
+template <typename T>
+MB_UNIT T unit_ldg(const T* p) {
+#ifdef __CUDA_ARCH__
+  return __ldg(p);
+#else
+  return *p;
+#endif
+}
+MB_UNIT int unit_dp4a(int a, int b, int c) {
+#ifdef __CUDA_ARCH__
+  return __dp4a(a, b, c);
+#else
+  for (int i = 0; i < 32; i += 8) c += static_cast<signed char>(a >> i) * static_cast<signed char>(b >> i);
+  return c;
+#endif
+}
+MB_UNIT unsigned unit_funnelshift_r(unsigned lo, unsigned hi, unsigned sh) {
+#ifdef __CUDA_ARCH__
+  return __funnelshift_r(lo, hi, sh);
+#else
+  sh &= 31;
+  return sh ? (lo >> sh) | (hi << (32 - sh)) : lo;
+#endif
+}
+
 // A block's scale and its reciprocal from the block's largest magnitude: one SFU reciprocal
 // (__fdividef) and a multiply, where the IEEE divisions (amax / 127, 127 / amax, each with its
 // slow-path check) were ~20 dependent instructions at the end of every decode row chain, on the
@@ -129,22 +158,22 @@ using XUnitOf = std::conditional_t<q8_paired_unit(TYPE), XPair, XUnit>;
 
 // The 16-value activation unit u (block u >> 1, half u & 1) in TYPE's order.
 template <int TYPE>
-__device__ __forceinline__ XUnit load_x_half(const signed char* q, const float* d, int u) {
+MB_UNIT XUnit load_x_half(const signed char* q, const float* d, int u) {
   XUnit x;
   const int b = u >> 1, h = u & 1;
-  x.d = __ldg(d + b);
+  x.d = unit_ldg(d + b);
   x.u = u;
   if constexpr (q8_split_unit(TYPE)) {
-    const int2 lo = __ldg(reinterpret_cast<const int2*>(q + 32 * b + 8 * h));
-    const int2 hi = __ldg(reinterpret_cast<const int2*>(q + 32 * b + 16 + 8 * h));
+    const int2 lo = unit_ldg(reinterpret_cast<const int2*>(q + 32 * b + 8 * h));
+    const int2 hi = unit_ldg(reinterpret_cast<const int2*>(q + 32 * b + 16 + 8 * h));
     x.v[0] = lo.x; x.v[1] = lo.y; x.v[2] = hi.x; x.v[3] = hi.y;
   } else {
-    const int4 a = __ldg(reinterpret_cast<const int4*>(q + 32 * b + 16 * h));
+    const int4 a = unit_ldg(reinterpret_cast<const int4*>(q + 32 * b + 16 * h));
     x.v[0] = a.x; x.v[1] = a.y; x.v[2] = a.z; x.v[3] = a.w;
   }
   if constexpr (q8_needs_sum(TYPE))
-    x.sum = __dp4a(0x01010101, x.v[0], __dp4a(0x01010101, x.v[1],
-            __dp4a(0x01010101, x.v[2], __dp4a(0x01010101, x.v[3], 0))));
+    x.sum = unit_dp4a(0x01010101, x.v[0], unit_dp4a(0x01010101, x.v[1],
+            unit_dp4a(0x01010101, x.v[2], unit_dp4a(0x01010101, x.v[3], 0))));
   else
     x.sum = 0;
   return x;
@@ -152,7 +181,7 @@ __device__ __forceinline__ XUnit load_x_half(const signed char* q, const float* 
 
 // The activation side of unit u of a TYPE row.
 template <int TYPE>
-__device__ __forceinline__ XUnitOf<TYPE> load_x_unit(const signed char* q, const float* d, int u) {
+MB_UNIT XUnitOf<TYPE> load_x_unit(const signed char* q, const float* d, int u) {
   if constexpr (q8_paired_unit(TYPE)) {
     const int p = (u >> 1) & 3, lo = 2 * (8 * (u >> 3) + 2 * p) + (u & 1);  // block 8 sb + 2p, half u & 1
     return XPair{load_x_half<TYPE>(q, d, lo), load_x_half<TYPE>(q, d, lo + 2), p};
@@ -210,17 +239,17 @@ struct WUnit<MB_Q6_K> {
 // policy in a MARKBASE_CUDA_WEIGHTS_EVICT_FIRST build: common.cuh), or a plain load from a copy in
 // shared memory (SHARED), which __ldg cannot address.
 template <bool SHARED>
-__device__ __forceinline__ unsigned short ld_u16(const unsigned short* p) {
+MB_UNIT unsigned short ld_u16(const unsigned short* p) {
   if constexpr (SHARED) return *p;
-#if MARKBASE_CUDA_WEIGHTS_EVICT_FIRST
+#if MARKBASE_CUDA_WEIGHTS_EVICT_FIRST && defined(__CUDA_ARCH__)  // host builds (tests): plain loads
   else return ldg_u16_policy(p, evict_first_policy());
 #else
-  else return __ldg(p);
+  else return unit_ldg(p);
 #endif
 }
 
 template <bool SHARED>
-__device__ __forceinline__ unsigned ld_u32_from_u16(const unsigned short* p) {
+MB_UNIT unsigned ld_u32_from_u16(const unsigned short* p) {
   return static_cast<unsigned>(ld_u16<SHARED>(p)) | (static_cast<unsigned>(ld_u16<SHARED>(p + 1)) << 16);
 }
 
@@ -228,16 +257,16 @@ __device__ __forceinline__ unsigned ld_u32_from_u16(const unsigned short* p) {
 // loads below keep the default L2 policy in every build: MARKBASE_CUDA_WEIGHTS_EVICT_FIRST covers
 // the 16-bit loads of Q4_0, Q5_0 and Q8_0, the types it was measured on.
 template <bool SHARED>
-__device__ __forceinline__ unsigned ld_u32(const mb_u8* p) {
+MB_UNIT unsigned ld_u32(const mb_u8* p) {
   if constexpr (SHARED) return *reinterpret_cast<const unsigned*>(p);
-  else return __ldg(reinterpret_cast<const unsigned*>(p));
+  else return unit_ldg(reinterpret_cast<const unsigned*>(p));
 }
 
 // 64 bits of weights at an 8-byte aligned address (Q5_1's 24-byte blocks).
 template <bool SHARED>
-__device__ __forceinline__ uint2 ld_u64(const mb_u8* p) {
+MB_UNIT uint2 ld_u64(const mb_u8* p) {
   if constexpr (SHARED) return *reinterpret_cast<const uint2*>(p);
-  else return __ldg(reinterpret_cast<const uint2*>(p));
+  else return unit_ldg(reinterpret_cast<const uint2*>(p));
 }
 
 // 128 bits of weights at a 16-byte aligned address. Q4_K's and Q5_K's blocks (144 and 176
@@ -245,9 +274,9 @@ __device__ __forceinline__ uint2 ld_u64(const mb_u8* p) {
 // weight on its own (cudaMalloc: 256-byte aligned): a unit's header and codes are one load each,
 // where 32-bit loads took eight (the L1's wavefronts, not DRAM, bounded those products).
 template <bool SHARED>
-__device__ __forceinline__ uint4 ld_u128(const mb_u8* p) {
+MB_UNIT uint4 ld_u128(const mb_u8* p) {
   if constexpr (SHARED) return *reinterpret_cast<const uint4*>(p);
-  else return __ldg(reinterpret_cast<const uint4*>(p));
+  else return unit_ldg(reinterpret_cast<const uint4*>(p));
 }
 
 // N words of weights at a 2-byte aligned address in shared memory (the staged LM head's Q6_K
@@ -258,7 +287,7 @@ __device__ __forceinline__ uint4 ld_u128(const mb_u8* p) {
 // the window's extra words took the matrix-vector kernel from 128 registers a thread to 165 (146
 // with 4-byte words), with four units of four rows in flight.
 template <int N>
-__device__ __forceinline__ void lds_words_u16_aligned(const mb_u8* p, unsigned (&out)[N]) {
+MB_UNIT void lds_words_u16_aligned(const mb_u8* p, unsigned (&out)[N]) {
   constexpr int L = (4 * N + 6 + 7) / 8;
   const unsigned a = static_cast<unsigned>(reinterpret_cast<uintptr_t>(p));
   const uint2* q = reinterpret_cast<const uint2*>(p - (a & 7));  // p's own pointer: stays a shared load
@@ -273,12 +302,12 @@ __device__ __forceinline__ void lds_words_u16_aligned(const mb_u8* p, unsigned (
   const unsigned sh = 8 * (a & 3);
 #pragma unroll
   for (int i = 0; i < N; ++i)
-    out[i] = upper ? __funnelshift_r(v[i + 1], v[i + 2], sh) : __funnelshift_r(v[i], v[i + 1], sh);
+    out[i] = upper ? unit_funnelshift_r(v[i + 1], v[i + 2], sh) : unit_funnelshift_r(v[i], v[i + 1], sh);
 }
 
 // The 18-, 22- and 34-byte blocks are only 2-byte aligned: their units are read 16 bits at a time.
 template <int TYPE, bool SHARED = false>
-__device__ __forceinline__ WUnit<TYPE> load_w_unit(const mb_u8* row, int u) {
+MB_UNIT WUnit<TYPE> load_w_unit(const mb_u8* row, int u) {
   WUnit<TYPE> w;
   const int b = u >> 1, h = u & 1;
   if constexpr (TYPE == MB_Q4_0) {
@@ -351,14 +380,14 @@ __device__ __forceinline__ WUnit<TYPE> load_w_unit(const mb_u8* row, int u) {
 }
 
 // Four bits b0 .. b3 moved to bit 4 of bytes 0 .. 3 (Q5_0 / Q5_1: the codes' fifth bits).
-__device__ __forceinline__ unsigned q5_bits(unsigned b) {
+MB_UNIT unsigned q5_bits(unsigned b) {
   return ((b & 1u) << 4) | ((b & 2u) << 11) | ((b & 4u) << 18) | ((b & 8u) << 25);
 }
 
 // The 6-bit scale and minimum of a Q4_K / Q5_K sub-block s from the 12 scale bytes (GGML's
 // get_scale_min_k4): sub-blocks 0-3 in the low 6 bits of bytes s and s + 4, 4-7 in nibbles of
 // bytes s + 4 with their top two bits in bytes s - 4 and s.
-__host__ __device__ __forceinline__ void k4_scale_min(const unsigned (&sc)[3], int s, int& scale, int& min) {
+MB_UNIT void k4_scale_min(const unsigned (&sc)[3], int s, int& scale, int& min) {
   const int sh = 8 * (s & 3);
   const int b0 = (sc[0] >> sh) & 0xFF, b1 = (sc[1] >> sh) & 0xFF;
   if (s < 4) {
@@ -375,7 +404,7 @@ __host__ __device__ __forceinline__ void k4_scale_min(const unsigned (&sc)[3], i
 // of the 0-3 / 4-7 split), without a branch: the scales in bytes 0 (2p) and 1 (2p + 1) of *scales,
 // the minimums likewise in *mins. A pair's side differs between neighbouring lanes (lane l takes
 // pair (l >> 1) & 3), so k4_scale_min's branch diverged in every warp of the paired products.
-__host__ __device__ __forceinline__ void k4_scale_min_pair(const unsigned (&sc)[3], int p, unsigned& scales,
+MB_UNIT void k4_scale_min_pair(const unsigned (&sc)[3], int p, unsigned& scales,
                                                            unsigned& mins) {
   const unsigned sh = 16u * static_cast<unsigned>(p & 1);
   const unsigned b0 = sc[0] >> sh, b1 = sc[1] >> sh, b2 = sc[2] >> sh;  // bytes 2 (p & 1) .. + 1
@@ -386,25 +415,25 @@ __host__ __device__ __forceinline__ void k4_scale_min_pair(const unsigned (&sc)[
   mins = p < 2 ? lo_m : hi_m;
 }
 
-__device__ __forceinline__ int dp4a4(const unsigned (&c)[4], const XUnit& x) {
-  return __dp4a(static_cast<int>(c[0]), x.v[0], __dp4a(static_cast<int>(c[1]), x.v[1],
-         __dp4a(static_cast<int>(c[2]), x.v[2], __dp4a(static_cast<int>(c[3]), x.v[3], 0))));
+MB_UNIT int dp4a4(const unsigned (&c)[4], const XUnit& x) {
+  return unit_dp4a(static_cast<int>(c[0]), x.v[0], unit_dp4a(static_cast<int>(c[1]), x.v[1],
+         unit_dp4a(static_cast<int>(c[2]), x.v[2], unit_dp4a(static_cast<int>(c[3]), x.v[3], 0))));
 }
 
 // dot(weights of the unit, activations of the unit), in float.
 template <int TYPE>
-__device__ __forceinline__ float unit_dot(const WUnit<TYPE>& w, const XUnitOf<TYPE>& x) {
+MB_UNIT float unit_dot(const WUnit<TYPE>& w, const XUnitOf<TYPE>& x) {
   constexpr unsigned m = 0x0F0F0F0Fu;
   if constexpr (TYPE == MB_Q4_0) {
     int s;
-    s = __dp4a(static_cast<int>(w.w[0] & m), x.v[0], __dp4a(static_cast<int>(w.w[1] & m), x.v[1], 0));
-    s = __dp4a(static_cast<int>((w.w[0] >> 4) & m), x.v[2], __dp4a(static_cast<int>((w.w[1] >> 4) & m), x.v[3], s));
+    s = unit_dp4a(static_cast<int>(w.w[0] & m), x.v[0], unit_dp4a(static_cast<int>(w.w[1] & m), x.v[1], 0));
+    s = unit_dp4a(static_cast<int>((w.w[0] >> 4) & m), x.v[2], unit_dp4a(static_cast<int>((w.w[1] >> 4) & m), x.v[3], s));
     s -= 8 * x.sum;
     return __half2float(__ushort_as_half(w.d)) * x.d * static_cast<float>(s);
   } else if constexpr (TYPE == MB_Q8_0) {
     int s;
-    s = __dp4a(static_cast<int>(w.w[0]), x.v[0], __dp4a(static_cast<int>(w.w[1]), x.v[1], 0));
-    s = __dp4a(static_cast<int>(w.w[2]), x.v[2], __dp4a(static_cast<int>(w.w[3]), x.v[3], s));
+    s = unit_dp4a(static_cast<int>(w.w[0]), x.v[0], unit_dp4a(static_cast<int>(w.w[1]), x.v[1], 0));
+    s = unit_dp4a(static_cast<int>(w.w[2]), x.v[2], unit_dp4a(static_cast<int>(w.w[3]), x.v[3], s));
     return __half2float(__ushort_as_half(w.d)) * x.d * static_cast<float>(s);
   } else if constexpr (q8_split_unit(TYPE)) {  // Q4_1, Q5_0, Q5_1
     unsigned c[4] = {w.w[0] & m, w.w[1] & m, (w.w[0] >> 4) & m, (w.w[1] >> 4) & m};

@@ -1,0 +1,70 @@
+// Host build of the CUDA decode units (cpp/backend/cuda/q8.cuh: the loads, the decoding and the
+// 8-bit dot of every block type, as the matrix-vector, expert and LM-head kernels run them), for
+// tests/test_cuda_backend.py to check against the gguf package's dequantizers without a GPU.
+//
+// stdin: int32 type, K, rows, offset, shared; then the rows (rows * row_bytes bytes, GGML
+// blocks); then the activations as q8.cuh's Q8Vec: K int8 codes and K / 32 float32 scales.
+// The rows are placed `offset` bytes past a 16-byte boundary (the alignments a weight's rows take
+// in memory, or a staged row's copy in shared memory). shared: the loads of the staged LM head
+// (load_w_unit<TYPE, true>) instead of the global ones. stdout: each row's dot, one per line.
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "backend/cuda/q8.cuh"
+
+using namespace markbase::cuda;
+
+namespace {
+
+size_t row_bytes(int type, int K) {
+  switch (type) {
+    case MB_Q4_0: return K / 32 * 18;
+    case MB_Q4_1: return K / 32 * 20;
+    case MB_Q5_0: return K / 32 * 22;
+    case MB_Q5_1: return K / 32 * 24;
+    case MB_Q8_0: return K / 32 * 34;
+    case MB_Q4_K: return K / 256 * 144;
+    case MB_Q5_K: return K / 256 * 176;
+    case MB_Q6_K: return K / 256 * 210;
+  }
+  return 0;
+}
+
+template <int TYPE, bool SHARED>
+float row_dot(const mb_u8* row, int K, const signed char* q, const float* d) {
+  float acc = 0.0f;
+  for (int u = 0; u < K / q8_unit_weights(TYPE); ++u)
+    acc += unit_dot<TYPE>(load_w_unit<TYPE, SHARED>(row, u), load_x_unit<TYPE>(q, d, u));
+  return acc;
+}
+
+}  // namespace
+
+int main() {
+  int32_t hdr[5];
+  if (std::fread(hdr, sizeof(int32_t), 5, stdin) != 5) return 2;
+  const int type = hdr[0], K = hdr[1], rows = hdr[2], offset = hdr[3];
+  const bool shared = hdr[4] != 0;
+  const size_t rb = row_bytes(type, K);
+  const int per = type == MB_Q4_K || type == MB_Q5_K || type == MB_Q6_K ? 256 : 32;  // weights a block
+  if (rb == 0 || K % per != 0 || offset < 0 || offset > 15) return 3;
+  // 64 bytes of slack on both sides: the Q6_K windows read a few bytes around the codes
+  std::vector<uint4> buf((rows * rb + 160) / 16);
+  mb_u8* w = reinterpret_cast<mb_u8*>(buf.data()) + 64 + offset;
+  std::vector<signed char> q(K);
+  std::vector<float> d(K / 32);
+  if (std::fread(w, 1, rows * rb, stdin) != rows * rb || std::fread(q.data(), 1, K, stdin) != static_cast<size_t>(K) ||
+      std::fread(d.data(), sizeof(float), K / 32, stdin) != static_cast<size_t>(K / 32))
+    return 4;
+  bool known = with_q8_type(type, [&](auto t) {
+    constexpr int T = decltype(t)::value;
+    for (int r = 0; r < rows; ++r) {
+      const mb_u8* row = w + r * rb;
+      const float v = shared ? row_dot<T, true>(row, K, q.data(), d.data()) : row_dot<T, false>(row, K, q.data(), d.data());
+      std::printf("%.9g\n", v);
+    }
+  });
+  return known ? 0 : 5;
+}

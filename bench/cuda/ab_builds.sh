@@ -8,8 +8,8 @@
 #   BUILDS="old=bench/cuda/old.tar" VARIANTS="old:g4-26b-6L new:g4-26b-6L new:g4-26b-6L:MARKBASE_CUDA_CHAIN_SPLIT=0
 #     old:g4-26b-dense-6L new:g4-26b-dense-6L" bash bench/cuda/ab_builds.sh
 # BUILDS: NAME=TARBALL pairs (the working tree is "new"). VARIANTS: BUILD:FILE[:ENV=VAL,ENV=VAL]
-# with FILE one of g4-26b-6L, g4-26b-dense-6L, g4-e4b-6L (6-layer synthetic Q4_0 files), g4-26b, g4-26b-dense
-# (the full 30-layer files, ~15 GB each).
+# with FILE one of g4-26b-6L, g4-26b-dense-6L, g4-e4b-6L (6-layer synthetic files, Q4_0 unless
+# QUANT says otherwise), g4-26b, g4-26b-dense (the full 30-layer files, ~15 GB each).
 # PROBE=0: no chain probe runs; PROBE=trace: the per-op trace without the probe. ROUNDS: rounds of the variants (3). TESTS="chain_router or q8_decode": pytest -k of the new build's CUDA tests too.
 # Output: $OUT/ab.txt (~150-250 s with two builds; the builds share the 16 cores), ending with each
 # traced pass's per-op sum and the per-op table (us a call, one column a variant); every variant's
@@ -38,10 +38,12 @@ for b in ${BUILDS:-}; do
 done
 files=$(for v in ${VARIANTS:?VARIANTS is required}; do f=${v#*:}; echo ${f%%:*}; done | sort -u)
 # A file's generator arguments from its name: g4-26b or g4-e4b, -dense (the dense comparison
-# model, 26B-A4B only), -6L (6 layers, else the full depth).
+# model, 26B-A4B only), -6L (6 layers, else the full depth). QUANT: the weight types
+# (quant_args.sh: q4_0 by default, q4_k_m).
+. bench/cuda/quant_args.sh
 for f in $files; do
   [[ $f =~ ^g4-(26b(-dense)?(-6L)?|e4b-6L)$ ]] || { echo "unknown file $f" >> "$R"; exit 1; }
-  args="--preset $([[ $f == g4-26b* ]] && echo 26b-a4b || echo e4b) --type q4_0"
+  args="--preset $([[ $f == g4-26b* ]] && echo 26b-a4b || echo e4b) $QARGS"
   [[ $f == *-dense* ]] && args+=" --dense-equivalent"
   [[ $f == *-6L ]] && args+=" --layers 6"
   python3 bench/make_synthetic_gguf.py $M/$f.gguf $args > /dev/null &

@@ -44,16 +44,10 @@ if has llama && [ -f .gpu/llama.cpp-src.tar.gz ]; then
     echo "llama build rc=$?" > /tmp/llama/done ) &
 fi
 
-# QUANT: the files' weight types. q4_0 (the issue's figures), or q4_k_m: llama-quantize's Q4_K_M
-# mix as the generator approximates it (Q4_K; Q6_K for attn_v and the tied embedding/head; Q5_0
-# where a row's length is not a multiple of 256, as llama.cpp falls back). Any other generator
-# --type name works too. VARIANT_ROWS=0 skips the 26B file's switch rows (sampling, host routing,
-# no graph, no PDL, one stream).
-QUANT=${QUANT:-q4_0}
-case $QUANT in
-  q4_k_m) QARGS="--type q4_k --embd-type q6_k --tensor-type attn_v=q6_k" ;;
-  *) QARGS="--type $QUANT" ;;
-esac
+# QUANT: the files' weight types (quant_args.sh: q4_0, the issue's figures, or q4_k_m).
+# VARIANT_ROWS=0 skips the 26B file's switch rows (sampling, host routing, no graph, no PDL, one
+# stream).
+. bench/cuda/quant_args.sh
 F26=$M/g4-26b-$QUANT.gguf FDENSE=$M/g4-26b-dense-$QUANT.gguf FE4B=$M/g4-e4b-$QUANT.gguf
 
 # synthetic models in the background (the generator streams; one core each)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call: prefill speed of the working tree under A/B environment settings, on the
-# full-size 26B-A4B Q4_0 file, rounds interleaved (machines differ by a few %, so only figures from
+# full-size 26B-A4B file (Q4_0; QUANT=q4_k_m: quant_args.sh), rounds interleaved (machines differ by a few %, so only figures from
 # one call compare), with the per-op trace of the prefill steps for each setting.
 #   TESTS="prefill_router" VARIANTS="MARKBASE_CUDA_SPLIT_K=1 MARKBASE_CUDA_SPLIT_K=0" bash bench/cuda/prefill_ab.sh
 # VARIANTS: ENV=VAL[,ENV=VAL] settings, one a variant. PROMPTS: prompt lengths (512 4096). ROUNDS (2).
@@ -14,7 +14,8 @@ export PYTHONUNBUFFERED=1
   && export PYTHONPATH=/tmp/site
 CMAKE_BUILD_PARALLEL_LEVEL=16 CMAKE_ARGS="-DMARKBASE_CUDA=ON" python3 -m pip install --no-build-isolation --no-deps -q . \
   > $OUT/build.log 2>&1 &
-python3 bench/make_synthetic_gguf.py $M/g4-26b.gguf --preset 26b-a4b --type q4_0 > /dev/null &
+. bench/cuda/quant_args.sh
+python3 bench/make_synthetic_gguf.py $M/g4-26b.gguf --preset 26b-a4b $QARGS > /dev/null &
 wait
 BIN=$(python3 -c "import sysconfig;print(sysconfig.get_path('scripts'))")/markbase-bench
 [ -x "$BIN" ] || { echo "build failed" >> "$R"; tail -n 30 $OUT/build.log >> "$R"; cat "$R"; exit 1; }

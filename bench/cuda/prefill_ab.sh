@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: prefill speed of the working tree under A/B environment settings, on the
-# full-size 26B-A4B file (Q4_0; QUANT=q4_k_m: quant_args.sh), rounds interleaved (machines differ by a few %, so only figures from
-# one call compare), with the per-op trace of the prefill steps for each setting.
+# full-size 26B-A4B file (Q4_0; QUANT=q4_k_m: quant_args.sh), rounds interleaved (machines differ
+# by a few %, so only figures from one call compare), with the per-op trace of the prefill steps
+# for each setting.
 #   TESTS="prefill_router" VARIANTS="MARKBASE_CUDA_SPLIT_K=1 MARKBASE_CUDA_SPLIT_K=0" bash bench/cuda/prefill_ab.sh
 # VARIANTS: ENV=VAL[,ENV=VAL] settings, one a variant. PROMPTS: prompt lengths (512 4096). ROUNDS (2).
 # TESTS: pytest -k of the CUDA tests too. Output: $OUT/prefill.txt (carry .whl for the test deps).

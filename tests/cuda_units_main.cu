@@ -2,8 +2,8 @@
 // 8-bit dot of every block type, as the matrix-vector, expert and LM-head kernels run them), for
 // tests/test_cuda_backend.py to check against the gguf package's dequantizers without a GPU.
 //
-// stdin: int32 type, K, rows, offset, shared; then the rows (rows * row_bytes bytes, GGML
-// blocks); then the activations as q8.cuh's Q8Vec: K int8 codes and K / 32 float32 scales.
+// stdin: int32 type, K, rows, row_bytes, offset, shared; then the rows (rows * row_bytes bytes,
+// GGML blocks); then the activations as q8.cuh's Q8Vec: K int8 codes and K / 32 float32 scales.
 // The rows are placed `offset` bytes past a 16-byte boundary (the alignments a weight's rows take
 // in memory, or a staged row's copy in shared memory). shared: the loads of the staged LM head
 // (load_w_unit<TYPE, true>) instead of the global ones. stdout: each row's dot, one per line.
@@ -18,20 +18,6 @@ using namespace markbase::cuda;
 
 namespace {
 
-size_t row_bytes(int type, int K) {
-  switch (type) {
-    case MB_Q4_0: return K / 32 * 18;
-    case MB_Q4_1: return K / 32 * 20;
-    case MB_Q5_0: return K / 32 * 22;
-    case MB_Q5_1: return K / 32 * 24;
-    case MB_Q8_0: return K / 32 * 34;
-    case MB_Q4_K: return K / 256 * 144;
-    case MB_Q5_K: return K / 256 * 176;
-    case MB_Q6_K: return K / 256 * 210;
-  }
-  return 0;
-}
-
 template <int TYPE, bool SHARED>
 float row_dot(const mb_u8* row, int K, const signed char* q, const float* d) {
   float acc = 0.0f;
@@ -43,13 +29,12 @@ float row_dot(const mb_u8* row, int K, const signed char* q, const float* d) {
 }  // namespace
 
 int main() {
-  int32_t hdr[5];
-  if (std::fread(hdr, sizeof(int32_t), 5, stdin) != 5) return 2;
-  const int type = hdr[0], K = hdr[1], rows = hdr[2], offset = hdr[3];
-  const bool shared = hdr[4] != 0;
-  const size_t rb = row_bytes(type, K);
-  const int per = type == MB_Q4_K || type == MB_Q5_K || type == MB_Q6_K ? 256 : 32;  // weights a block
-  if (rb == 0 || K % per != 0 || offset < 0 || offset > 15) return 3;
+  int32_t hdr[6];
+  if (std::fread(hdr, sizeof(int32_t), 6, stdin) != 6) return 2;
+  const int type = hdr[0], K = hdr[1], rows = hdr[2], offset = hdr[4];
+  const size_t rb = hdr[3];
+  const bool shared = hdr[5] != 0;
+  if (rows < 1 || K % 32 != 0 || K % q8_unit_weights(type) != 0 || offset < 0 || offset > 15) return 3;
   // 64 bytes of slack on both sides: the Q6_K windows read a few bytes around the codes
   std::vector<uint4> buf((rows * rb + 160) / 16);
   mb_u8* w = reinterpret_cast<mb_u8*>(buf.data()) + 64 + offset;
@@ -58,7 +43,7 @@ int main() {
   if (std::fread(w, 1, rows * rb, stdin) != rows * rb || std::fread(q.data(), 1, K, stdin) != static_cast<size_t>(K) ||
       std::fread(d.data(), sizeof(float), K / 32, stdin) != static_cast<size_t>(K / 32))
     return 4;
-  bool known = with_q8_type(type, [&](auto t) {
+  const bool known = with_q8_type(type, [&](auto t) {
     constexpr int T = decltype(t)::value;
     for (int r = 0; r < rows; ++r) {
       const mb_u8* row = w + r * rb;

@@ -102,7 +102,7 @@ def test_q8_units_against_gguf_dequantize(units_exe, qtype):
     scale = np.abs(want_w * x).sum(axis=1)
     for shared, offsets in [(0, [0]), (1, range(0, 16, align))]:
         for off in offsets:
-            inp = np.array([type_id, K, rows, off, shared], np.int32).tobytes() + data.tobytes() + \
+            inp = np.array([type_id, K, rows, data.shape[1], off, shared], np.int32).tobytes() + data.tobytes() + \
                 xq.tobytes() + xd.tobytes()
             out = subprocess.run([units_exe], input=inp, capture_output=True, check=True).stdout
             got = np.array(out.split(), dtype=np.float64)

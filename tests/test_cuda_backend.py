@@ -108,7 +108,7 @@ def test_q8_units_against_gguf_dequantize(units_exe, qtype):
             got = np.array(out.split(), dtype=np.float64)
             assert got.shape == (rows,)
             err = np.abs(got - want) / scale
-            assert err.max() < 1e-5, (qtype, shared, off, err)
+            assert err.max() < 1e-6, (qtype, shared, off, err)  # float32 sums: ~2e-8 measured
 
 
 @pytest.fixture(scope="module")

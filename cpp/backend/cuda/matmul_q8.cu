@@ -329,12 +329,12 @@ template <class C, int TYPE>
 __device__ __forceinline__ void store_w_stage_k(const StagedK<TYPE>& s, int kb0, typename C::Stage& st) {
   const int tid = threadIdx.x, n = tid / 2, b = 2 * (tid % 2), sub = (kb0 + b) & 7;
   const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&s.dm));
+  unsigned scales, mins;  // both sub-blocks' (sub is even), without k4_scale_min's divergent branch
+  k4_scale_min_pair(s.sc, sub >> 1, scales, mins);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {  // sub-blocks sub (low nibbles) and sub + 1 (high)
-    int scale, min;
-    k4_scale_min(s.sc, sub + h, scale, min);
-    st.dw[b + h][dw_pos(n)] = dm.x * static_cast<float>(scale);
-    st.mw[b + h][dw_pos(n)] = -dm.y * static_cast<float>(min);
+    st.dw[b + h][dw_pos(n)] = dm.x * static_cast<float>((scales >> (8 * h)) & 0xFF);
+    st.mw[b + h][dw_pos(n)] = -dm.y * static_cast<float>((mins >> (8 * h)) & 0xFF);
     unsigned c[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) {

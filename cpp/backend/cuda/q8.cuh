@@ -404,8 +404,7 @@ MB_UNIT void k4_scale_min(const unsigned (&sc)[3], int s, int& scale, int& min) 
 // of the 0-3 / 4-7 split), without a branch: the scales in bytes 0 (2p) and 1 (2p + 1) of *scales,
 // the minimums likewise in *mins. A pair's side differs between neighbouring lanes (lane l takes
 // pair (l >> 1) & 3), so k4_scale_min's branch diverged in every warp of the paired products.
-MB_UNIT void k4_scale_min_pair(const unsigned (&sc)[3], int p, unsigned& scales,
-                                                           unsigned& mins) {
+MB_UNIT void k4_scale_min_pair(const unsigned (&sc)[3], int p, unsigned& scales, unsigned& mins) {
   const unsigned sh = 16u * static_cast<unsigned>(p & 1);
   const unsigned b0 = sc[0] >> sh, b1 = sc[1] >> sh, b2 = sc[2] >> sh;  // bytes 2 (p & 1) .. + 1
   const unsigned lo_s = b0 & 0x3F3Fu, lo_m = b1 & 0x3F3Fu;                    // pairs 0, 1

@@ -859,8 +859,7 @@ def test_int8_prefill_odd_block_count(need_cuda, tmp_path, monkeypatch, qtype):
     """Rows of an odd number of 32-weight blocks: E2B's layers with a 1568-wide residual (49
     blocks), so the products that read it take matmul_q8's unpaired path (one block a thread,
     16-bit loads) and the decode units' odd count. Prefill in chunks of 40, then decode, against
-    the CPU's precise mode. (Written after the thirty-fourth session's last device call: first
-    run in the next one.)"""
+    the CPU's precise mode. (First run on the H200 in the thirty-fifth session: passed.)"""
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     import make_synthetic_gguf as msg
     monkeypatch.setitem(msg.PRESETS, "e2b-odd", dict(msg.PRESETS["e2b"], hidden=1568))

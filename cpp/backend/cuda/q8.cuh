@@ -101,18 +101,21 @@ __device__ __forceinline__ void quantize_float4s(const float4 (&v)[VEC], Q8Vec q
 // Work units by weight type. A unit is 16 weights of one 32-weight block of the row (u >> 1 is
 // the block, whose activation scale the unit takes). Split units (the 4- and 5-bit blocks of 32,
 // which keep weights j and j + 16 in one byte's two nibbles): unit h is weights 8h .. 8h + 7 and
-// 16 + 8h .. 16 + 8h + 7. Q8_0 and Q6_K: unit h is weights 16h .. 16h + 15 (Q6_K's 32-block is a
-// sub-block of its 256-weight super-block, whose 16-weight halves each have a scale of their own).
+// 16 + 8h .. 16 + 8h + 7. Q8_0: unit h is weights 16h .. 16h + 15.
 constexpr bool q8_split_unit(int t) { return t == MB_Q4_0 || t == MB_Q4_1 || t == MB_Q5_0 || t == MB_Q5_1; }
-// Paired units (Q4_K, Q5_K): 32 weights, half h of the pair of sub-blocks 2p and 2p + 1 of a
-// super-block, whose codes are the low and high nibbles of the same 16 bytes: unit u is
-// super-block u >> 3, pair (u >> 1) & 3, half u & 1, and dots two activation halves (XPair). With
-// 16-weight units each unit loaded the 16 code bytes for half their nibbles, and the 16-byte
-// header for 16 weights: a thread's loads in flight held 8 registers for 9 bytes of the row, so
-// the products fit fewer blocks an SM than Q4_0's (113 registers a thread against 66) and took a
-// second wave where Q4_0's took one (the H200's trace: q/k/v 8.6 against 5.6 us, o 5.1 against
-// 2.3, thirty-fifth session).
-constexpr bool q8_paired_unit(int t) { return t == MB_Q4_K || t == MB_Q5_K; }
+// Paired units (Q4_K, Q5_K, Q6_K): 32 weights, half h of a pair of 32-weight sub-blocks of a
+// super-block whose codes are the low and high nibbles of the same 16 bytes: unit u is
+// super-block u >> 3, pair p = (u >> 1) & 3, half u & 1, and dots two activation halves (XPair).
+// Q4_K / Q5_K pair sub-blocks 2p and 2p + 1; Q6_K pairs q and q + 2 of its 128-weight half n
+// (p = 2n + q, q < 2: sub-blocks 4n + q and 4n + q + 2), which share their ql bytes' nibbles and
+// their qh bytes' bit pairs. With 16-weight units each unit loaded the 16 code bytes for half their
+// nibbles, and the 16-byte header for 16 weights: a thread's loads in flight held 8 registers for
+// 9 bytes of the row, so the products fit fewer blocks an SM than Q4_0's (113 registers a thread
+// against 66) and took a second wave where Q4_0's took one (the H200's trace: q/k/v 8.6 against
+// 5.6 us, o 5.1 against 2.3, thirty-fifth session). Q6_K's 16-weight units read 32 code bytes for
+// 12, and the staged LM head spent 102 instructions a unit and row against Q4_0's 36 (236 us a
+// token against 117: instruction-bound).
+constexpr bool q8_paired_unit(int t) { return t == MB_Q4_K || t == MB_Q5_K || t == MB_Q6_K; }
 // Weights a unit: the kernels' rows hold K / q8_unit_weights units.
 constexpr int q8_unit_weights(int t) { return q8_paired_unit(t) ? 32 : 16; }
 
@@ -138,8 +141,8 @@ inline int matvec_q8_warps(int K, int type) {
 constexpr bool q8_needs_sum(int t) { return t != MB_Q8_0; }
 
 // The activation side of a 16-weight unit: 16 int8 values as 4 words (the weights' order), the
-// block's scale, their sum where the type needs it, and the unit's index (Q6_K's sub-block and
-// half, Q5_0's and Q5_1's half; dead code for the others).
+// block's scale, their sum where the type needs it, and the unit's index (Q5_0's and Q5_1's
+// half, Q6_K's half; dead code for the others).
 struct XUnit {
   int v[4];
   float d;
@@ -183,8 +186,12 @@ MB_UNIT XUnit load_x_half(const signed char* q, const float* d, int u) {
 template <int TYPE>
 MB_UNIT XUnitOf<TYPE> load_x_unit(const signed char* q, const float* d, int u) {
   if constexpr (q8_paired_unit(TYPE)) {
-    const int p = (u >> 1) & 3, lo = 2 * (8 * (u >> 3) + 2 * p) + (u & 1);  // block 8 sb + 2p, half u & 1
-    return XPair{load_x_half<TYPE>(q, d, lo), load_x_half<TYPE>(q, d, lo + 2), p};
+    // the pair's first 32-weight block (Q4_K / Q5_K: 8 sb + 2p, then + 1; Q6_K: 8 sb + 4n + q,
+    // then + 2) as a half index, half u & 1
+    const int p = (u >> 1) & 3;
+    const int first = 8 * (u >> 3) + (TYPE == MB_Q6_K ? 4 * (p >> 1) + (p & 1) : 2 * p);
+    const int lo = 2 * first + (u & 1), step = TYPE == MB_Q6_K ? 4 : 2;
+    return XPair{load_x_half<TYPE>(q, d, lo), load_x_half<TYPE>(q, d, lo + step), p};
   } else {
     return load_x_half<TYPE>(q, d, u);
   }
@@ -229,10 +236,10 @@ struct WUnit<MB_Q5_K> {
 };
 template <>
 struct WUnit<MB_Q6_K> {
-  unsigned short d;   // the super-block's scale
-  unsigned short sc;  // the two int8 scales of the unit's pair of 16-weight groups (byte h: this unit's)
-  unsigned ql[4];     // low 4 bits (nibble by quarter)
-  unsigned qh[4];     // high 2 bits (bit pair by quarter)
+  unsigned short d;  // the super-block's scale
+  unsigned sc;       // int8 scales: bytes 0, 1 of sub-block 4n + q's 16-weight groups, 2, 3 of 4n + q + 2's (byte h: the unit's)
+  unsigned ql[4];    // 16 bytes of low 4 bits: sub-block 4n + q's in the low nibbles, 4n + q + 2's in the high
+  unsigned qh[4];    // 16 bytes of high 2 bits: bit pair q (4n + q), q + 2 (4n + q + 2), of four sub-blocks
 };
 
 // 16 bits of weights: through the read-only cache from global memory (with the L2 evict_first
@@ -279,7 +286,7 @@ MB_UNIT uint4 ld_u128(const mb_u8* p) {
   else return unit_ldg(reinterpret_cast<const uint4*>(p));
 }
 
-// N words of weights at a 2-byte aligned address in shared memory (the staged LM head's Q6_K
+// N words of weights at a 2-byte aligned address p in shared memory, a: its low bits (the staged LM head's Q6_K
 // rows: 210-byte blocks): the 8-byte words around them in ceil((4 N + 6) / 8) loads, funnel-shifted
 // into place, against 2 N 16-bit loads. The window starts at most 6 bytes before p and ends at most
 // 8 bytes after p's last byte (Q6_K's codes end 18 bytes before its block does), within the rows'
@@ -287,9 +294,8 @@ MB_UNIT uint4 ld_u128(const mb_u8* p) {
 // the window's extra words took the matrix-vector kernel from 128 registers a thread to 165 (146
 // with 4-byte words), with four units of four rows in flight.
 template <int N>
-MB_UNIT void lds_words_u16_aligned(const mb_u8* p, unsigned (&out)[N]) {
+MB_UNIT void lds_words_u16_aligned(const mb_u8* p, unsigned a, unsigned (&out)[N]) {
   constexpr int L = (4 * N + 6 + 7) / 8;
-  const unsigned a = static_cast<unsigned>(reinterpret_cast<uintptr_t>(p));
   const uint2* q = reinterpret_cast<const uint2*>(p - (a & 7));  // p's own pointer: stays a shared load
   unsigned v[2 * L];
 #pragma unroll
@@ -303,6 +309,16 @@ MB_UNIT void lds_words_u16_aligned(const mb_u8* p, unsigned (&out)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i)
     out[i] = upper ? unit_funnelshift_r(v[i + 1], v[i + 2], sh) : unit_funnelshift_r(v[i], v[i + 1], sh);
+}
+
+// The low bits of a shared-memory address (its alignment), without turning the pointer into a
+// generic address first (which took two special-register reads a row in the staged head's loop).
+MB_UNIT unsigned shared_low_bits(const mb_u8* p) {
+#ifdef __CUDA_ARCH__
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+#else
+  return static_cast<unsigned>(reinterpret_cast<uintptr_t>(p));
+#endif
 }
 
 // The 18-, 22- and 34-byte blocks are only 2-byte aligned: their units are read 16 bits at a time.
@@ -338,7 +354,7 @@ MB_UNIT WUnit<TYPE> load_w_unit(const mb_u8* row, int u) {
     w.qh = hd.y;
     w.w[0] = c.x;
     w.w[1] = c.y;
-  } else if constexpr (q8_paired_unit(TYPE)) {
+  } else if constexpr (TYPE == MB_Q4_K || TYPE == MB_Q5_K) {
     // d, dmin, scales[12], (Q5_K: qh[32]), qs[128]; the pair's nibbles in qs[32 pair ..]
     const mb_u8* p = row + (TYPE == MB_Q4_K ? 144 : 176) * (u >> 3);
     const uint4 hd = ld_u128<SHARED>(p);
@@ -358,14 +374,15 @@ MB_UNIT WUnit<TYPE> load_w_unit(const mb_u8* row, int u) {
       w.qh[2] = qh.z;
       w.qh[3] = qh.w;
     }
-  } else {  // Q6_K: ql[128], qh[64], scales[16] (int8), d; sub-block s = 4 n + q of the 8
-    const int s = b & 7, n = s >> 2, q = s & 3;
-    const mb_u8* blk = row + 210 * (b >> 3);
+  } else {  // Q6_K: ql[128], qh[64], scales[16] (int8), d; pair p = 2n + q (sub-blocks 4n + q, 4n + q + 2)
+    const int pr = (u >> 1) & 3, n = pr >> 1, q = pr & 1;
+    const mb_u8* blk = row + 210 * (u >> 3);
     const unsigned short* p = reinterpret_cast<const unsigned short*>(blk);
-    const int l0 = 64 * n + 32 * (q & 1) + 16 * h, h0 = 128 + 32 * n + 16 * h;  // byte offsets
-    if constexpr (SHARED) {
-      lds_words_u16_aligned(blk + l0, w.ql);
-      lds_words_u16_aligned(blk + h0, w.qh);
+    const int l0 = 64 * n + 32 * q + 16 * h, h0 = 128 + 32 * n + 16 * h;  // byte offsets
+    if constexpr (SHARED) {  // l0 and h0 are multiples of 16: the block's alignment is theirs
+      const unsigned a = shared_low_bits(blk);
+      lds_words_u16_aligned(blk + l0, a, w.ql);
+      lds_words_u16_aligned(blk + h0, a, w.qh);
     } else {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
@@ -373,7 +390,8 @@ MB_UNIT WUnit<TYPE> load_w_unit(const mb_u8* row, int u) {
         w.qh[i] = ld_u32_from_u16<SHARED>(p + h0 / 2 + 2 * i);
       }
     }
-    w.sc = ld_u16<SHARED>(p + (192 + 8 * n + 2 * q) / 2);
+    const int g = (192 + 8 * n + 2 * q) / 2;  // the 16-bit word of sub-block 4n + q's two scales
+    w.sc = static_cast<unsigned>(ld_u16<SHARED>(p + g)) | (static_cast<unsigned>(ld_u16<SHARED>(p + g + 2)) << 16);
     w.d = ld_u16<SHARED>(p + 104);
   }
   return w;
@@ -451,7 +469,7 @@ MB_UNIT float unit_dot(const WUnit<TYPE>& w, const XUnitOf<TYPE>& x) {
       const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&w.dm));
       return x.d * (dm.x * static_cast<float>(s) + dm.y * static_cast<float>(x.sum));
     }
-  } else if constexpr (q8_paired_unit(TYPE)) {
+  } else if constexpr (TYPE == MB_Q4_K || TYPE == MB_Q5_K) {
     const int s = 2 * x.p;  // the low nibbles' sub-block; the high nibbles' is s + 1
     unsigned lo[4], hi[4];
 #pragma unroll
@@ -470,14 +488,20 @@ MB_UNIT float unit_dot(const WUnit<TYPE>& w, const XUnitOf<TYPE>& x) {
     const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&w.dm));
     return x.lo.d * (dm.x * static_cast<float>(scale_lo * dp4a4(lo, x.lo)) - dm.y * static_cast<float>(min_lo * x.lo.sum)) +
            x.hi.d * (dm.x * static_cast<float>(scale_hi * dp4a4(hi, x.hi)) - dm.y * static_cast<float>(min_hi * x.hi.sum));
-  } else {  // Q6_K
-    const int sb = (x.u >> 1) & 7, q = sb & 3;
-    const int shl = 4 * (q >> 1), shh = 2 * q;
-    unsigned c[4];
+  } else {  // Q6_K: codes 0 .. 63 (6 bits), offset 32
+    const int q = x.p & 1, h = x.lo.u & 1;
+    unsigned lo[4], hi[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) c[i] = ((w.ql[i] >> shl) & m) | (((w.qh[i] >> shh) & 0x03030303u) << 4);
-    const int scale = static_cast<signed char>((w.sc >> (8 * (x.u & 1))) & 0xFF);
-    return __half2float(__ushort_as_half(w.d)) * x.d * static_cast<float>(scale * (dp4a4(c, x) - 32 * x.sum));
+    for (int i = 0; i < 4; ++i) {
+      const unsigned b = w.qh[i] >> (2 * q);  // bit pairs q (low sub-block) and q + 2 (high) at bits 0, 4
+      lo[i] = (w.ql[i] & m) | ((b << 4) & 0x30303030u);
+      hi[i] = ((w.ql[i] >> 4) & m) | (b & 0x30303030u);
+    }
+    const int scale_lo = static_cast<signed char>((w.sc >> (8 * h)) & 0xFF);
+    const int scale_hi = static_cast<signed char>((w.sc >> (16 + 8 * h)) & 0xFF);
+    return __half2float(__ushort_as_half(w.d)) *
+           (x.lo.d * static_cast<float>(scale_lo * (dp4a4(lo, x.lo) - 32 * x.lo.sum)) +
+            x.hi.d * static_cast<float>(scale_hi * (dp4a4(hi, x.hi) - 32 * x.hi.sum)));
   }
 }
 

@@ -122,8 +122,12 @@ constexpr int q8_unit_weights(int t) { return q8_paired_unit(t) ? 32 : 16; }
 // Warps a block needs for its threads, two units each, to cover a row of K weights of `type` in
 // one round of loads, within [lo, 4]. Fewer threads than 4 warps when that suffices: a thread with
 // one unit or none takes registers that would let more blocks share an SM (matvec_q8.cu, moe.cu).
+// Q6_K's units one each: a unit's 2-byte aligned codes take 19 loads a row, and the decoding after
+// the programmatic wait is the launch's critical path (the attn_v product of the Q4_K_M mix, its
+// own launch: 1.25 us with 16-weight units, two a thread; 1.68 with paired units, two a thread).
 inline int q8_row_warps(int K, int type, int lo) {
-  return std::min(4, std::max(lo, (K / q8_unit_weights(type) + 63) / 64));
+  const int per_warp = type == MB_Q6_K ? 32 : 64;
+  return std::min(4, std::max(lo, (K / q8_unit_weights(type) + per_warp - 1) / per_warp));
 }
 
 // Warps a block of the decode products (matvec_q8, and the dense MLP's products in the MoE

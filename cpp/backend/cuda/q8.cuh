@@ -122,9 +122,10 @@ constexpr int q8_unit_weights(int t) { return q8_paired_unit(t) ? 32 : 16; }
 // Warps a block needs for its threads, two units each, to cover a row of K weights of `type` in
 // one round of loads, within [lo, 4]. Fewer threads than 4 warps when that suffices: a thread with
 // one unit or none takes registers that would let more blocks share an SM (matvec_q8.cu, moe.cu).
-// Q6_K's units one each: a unit's 2-byte aligned codes take 19 loads a row, and the decoding after
-// the programmatic wait is the launch's critical path (the attn_v product of the Q4_K_M mix, its
-// own launch: 1.25 us with 16-weight units, two a thread; 1.68 with paired units, two a thread).
+// Q6_K's units one each (3 warps for K 2816 or 2560): a unit's 2-byte aligned codes take 19
+// loads a row, decoded after the programmatic wait. On the H200 (the Q4_K_M mix's attn_v, its own
+// launch; bench/RESULTS.md, thirty-sixth session) the 26B-A4B's q/k/v took 8.7 us a layer against
+// 9.5 with two a thread, E4B's 4.4 against ~4.1 (its 128 blocks of v: not understood yet).
 inline int q8_row_warps(int K, int type, int lo) {
   const int per_warp = type == MB_Q6_K ? 32 : 64;
   return std::min(4, std::max(lo, (K / q8_unit_weights(type) + per_warp - 1) / per_warp));

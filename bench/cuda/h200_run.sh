@@ -74,7 +74,9 @@ fi
 
 if has test; then
   log "tests"
-  timeout $(( $(left) > 300 ? 300 : $(left) )) python3 -m pytest -q -p no:cacheprovider --durations=8 tests/test_cuda_backend.py \
+  # TEST_TIMEOUT (300 s): the whole file took longer than that in the thirty-sixth session (~124 tests)
+  tt=${TEST_TIMEOUT:-300}
+  timeout $(( $(left) > tt ? tt : $(left) )) python3 -m pytest -q -p no:cacheprovider --durations=8 tests/test_cuda_backend.py \
     ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$OUT/tests.log" | tail -25
 fi
 

@@ -238,8 +238,8 @@ __device__ __forceinline__ void store_block(const unsigned* words, int off, Stag
       lo[i] = q & 0x0F0F0F0Fu;
       hi[i] = (q >> 4) & 0x0F0F0F0Fu;
       if constexpr (TYPE != MB_Q4_1) {
-        lo[i] |= q5_bits((qh >> (4 * i)) & 0xFu);
-        hi[i] |= q5_bits((qh >> (16 + 4 * i)) & 0xFu);
+        lo[i] |= q5_bits(qh >> (4 * i));
+        hi[i] |= q5_bits(qh >> (16 + 4 * i));
       }
       if constexpr (TYPE == MB_Q5_0) {
         lo[i] = __vsub4(lo[i], 0x10101010u);

@@ -402,10 +402,13 @@ MB_UNIT WUnit<TYPE> load_w_unit(const mb_u8* row, int u) {
   return w;
 }
 
-// Four bits b0 .. b3 moved to bit 4 of bytes 0 .. 3 (Q5_0 / Q5_1: the codes' fifth bits).
-MB_UNIT unsigned q5_bits(unsigned b) {
-  return ((b & 1u) << 4) | ((b & 2u) << 11) | ((b & 4u) << 18) | ((b & 8u) << 25);
-}
+// Bits 0 .. 3 of b moved to bit 4 of bytes 0 .. 3 (Q5_0 / Q5_1: the codes' fifth bits), by one
+// multiply: (b & 15) * (2^4 + 2^11 + 2^18 + 2^25) is four copies of b's nibble at bits 4, 11, 18
+// and 25, which do not overlap (so nothing carries), and copy k holds bit k at 4 + 8k. A shift
+// and a mask a bit took ~9 instructions a word, 36 more a 16-weight unit than Q4_0's decode.
+MB_UNIT unsigned q5_bits(unsigned b) { return ((b & 0xFu) * 0x02040810u) & 0x10101010u; }
+// Bits 4 .. 7 of b, likewise (copies of b's high nibble at 0, 7, 14 and 21: bit 4 + k at 4 + 8k).
+MB_UNIT unsigned q5_bits_high(unsigned b) { return ((b & 0xF0u) * 0x00204081u) & 0x10101010u; }
 
 // The 6-bit scale and minimum of a Q4_K / Q5_K sub-block s from the 12 scale bytes (GGML's
 // get_scale_min_k4): sub-blocks 0-3 in the low 6 bits of bytes s and s + 4, 4-7 in nibbles of
@@ -462,10 +465,10 @@ MB_UNIT float unit_dot(const WUnit<TYPE>& w, const XUnitOf<TYPE>& x) {
     if constexpr (TYPE != MB_Q4_1) {  // the fifth bits of weights 8h .. 8h + 7 and 16 + 8h ..
       const int h = x.u & 1;
       const unsigned lo = w.qh >> (8 * h), hi = w.qh >> (16 + 8 * h);
-      c[0] |= q5_bits(lo & 0xF);
-      c[1] |= q5_bits((lo >> 4) & 0xF);
-      c[2] |= q5_bits(hi & 0xF);
-      c[3] |= q5_bits((hi >> 4) & 0xF);
+      c[0] |= q5_bits(lo);
+      c[1] |= q5_bits_high(lo);
+      c[2] |= q5_bits(hi);
+      c[3] |= q5_bits_high(hi);
     }
     const int s = dp4a4(c, x);
     if constexpr (TYPE == MB_Q5_0) {

@@ -7,7 +7,7 @@ backends against the CPU where the real 270M file cannot be sent.)
 
     python bench/make_synthetic_gguf.py OUT.gguf [--preset e2b|e4b|26b-a4b|31b|gemma3-270m] [--layers N]
         [--vocab N] [--type q4_0|q4_1|q5_0|q5_1|q8_0|q4_k|q5_k|q6_k|f16|bf16|f32]
-        [--embd-type TYPE] [--tensor-type REGEX=TYPE ...] [--dense-equivalent] [--shared-kv N]
+        [--mix q4_k_m|q5_k_m] [--embd-type TYPE] [--tensor-type REGEX=TYPE ...] [--dense-equivalent] [--shared-kv N]
         [--seed S] [--std 0.02] [--logit-std 2] [--copy-boost B] [--dry-run] [--json]
 
 Examples:
@@ -15,8 +15,9 @@ Examples:
     python bench/make_synthetic_gguf.py /tmp/g4-26b-q4_0.gguf --preset 26b-a4b --type q4_0
     python bench/make_synthetic_gguf.py /tmp/g4-26b-dense.gguf --preset 26b-a4b --type q4_0 \
         --dense-equivalent
-    # a llama-quantize-like mix: Q4_K weights, Q6_K tied embedding
-    python bench/make_synthetic_gguf.py /tmp/e4b.gguf --preset e4b --type q4_k --embd-type q6_k
+    # llama-quantize's Q4_K_M mix (Q4_K; Q6_K tied embedding, and Q6_K attn_v / ffn_down on its
+    # use_more_bits layers; the shape fallbacks): 16.8 GB for the 26B-A4B
+    python bench/make_synthetic_gguf.py /tmp/e4b.gguf --preset e4b --mix q4_k_m
     # small: 4 layers of E2B, 4096-token vocabulary (129 MB, ~1 s); sizes only: --dry-run
     python bench/make_synthetic_gguf.py /tmp/e2b4.gguf --preset e2b --layers 4 --vocab 4096
 
@@ -53,6 +54,13 @@ llama.cpp's tensor_type_fallback (src/llama-quant.cpp) does:
     and F16 if the fallback's 32-block does not fit either.
 For the published shapes that hits ffn_down of 26B-A4B (ne0 = 2112 = 8*256 + 64) and
 ffn_down_exps (ne0 = 704) with K-quants.
+--mix q4_k_m / q5_k_m: llama-quantize's non-pure Q4_K_M / Q5_K_M choices for the tensors a
+Gemma 4 file has (llama_tensor_get_type_impl, src/llama-quant.cpp): --type q4_k / q5_k, the tied
+token_embd Q6_K, and Q6_K for attn_v and ffn_down where use_more_bits(i, n) holds (i < n/8, or
+i >= 7n/8, or (i - n/8) % 3 == 2): for attn_v, i counts the attn_v tensors (layers without one,
+KV-shared or k = v, are skipped) and n is their number; for ffn_down and ffn_down_exps, i is the
+layer and n the layer count. --type and --embd-type may still be given; --tensor-type wins over
+the mix, and the shape fallback applies last (the 26B-A4B's Q6_K downs become Q8_0).
 
 Weights
 -------
@@ -160,6 +168,25 @@ def fallback_type(t: str, ne0: int) -> str:
     if ne0 % BLOCK[r][0] != 0:
         r = "f16"
     return r
+
+
+MIXES = {"q4_k_m": "q4_k", "q5_k_m": "q5_k"}  # --mix: the mix's base type
+
+
+def use_more_bits(i: int, n: int) -> bool:
+    """llama-quantize's layers that get more bits in the _M mixes (src/llama-quant.cpp)."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def mix_type(mix: str | None, name: str, layer: int | None, v_index: dict, n_layers: int) -> str | None:
+    """The type --mix gives tensor `name` (of block `layer`), or None for the base type."""
+    if not mix:
+        return None
+    if name.endswith("attn_v.weight"):
+        return "q6_k" if use_more_bits(v_index[layer], len(v_index)) else None
+    if name.endswith("ffn_down.weight") or name.endswith("ffn_down_exps.weight"):
+        return "q6_k" if use_more_bits(layer, n_layers) else None
+    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -573,16 +600,18 @@ def _write_tensor(f, t: TensorSpec, seed: int) -> None:
 # the model
 
 
-def _dense_equivalent_width(s: Shape, wtype: str) -> tuple[int, dict]:
-    """I_eq with bytes(gate+up+down @ I_eq) closest to bytes(dense MLP) + K * bytes(expert)."""
+def _dense_equivalent_width(s: Shape, wtype: str, down: str | None = None) -> tuple[int, dict]:
+    """I_eq with bytes(gate+up+down @ I_eq) closest to bytes(dense MLP) + K * bytes(expert), the
+    down products of type `down` (default wtype; --mix raises some layers' to Q6_K)."""
     H, I, E, K, Ie = s.hidden, s.ffn, s.n_experts, s.top_k, s.expert_ffn
+    down = down or wtype
 
     def mlp_bytes(width):
         return (2 * width * row_bytes(fallback_type(wtype, H), H)
-                + H * row_bytes(fallback_type(wtype, width), width))
+                + H * row_bytes(fallback_type(down, width), width))
 
     expert = (2 * Ie * row_bytes(fallback_type(wtype, H), H)
-              + H * row_bytes(fallback_type(wtype, Ie), Ie))
+              + H * row_bytes(fallback_type(down, Ie), Ie))
     target = mlp_bytes(I) + K * expert
     guess = I + K * Ie
     best = min(range(max(32, guess - 4096) // 32 * 32, guess + 4096, 32),
@@ -622,17 +651,25 @@ def _post_norm_scale(s: Shape, std: float, copy_boost: float, scalars: list) -> 
 
 
 def build_specs(s: Shape, wtype: str, embd_type: str, std: float, logit_std: float,
-                copy_boost: float | None = None, overrides: list | None = None, seed: int = 0) -> tuple[list[TensorSpec], dict]:
+                copy_boost: float | None = None, overrides: list | None = None, seed: int = 0,
+                mix: str | None = None) -> tuple[list[TensorSpec], dict]:
     H = s.hidden
     overrides = list(overrides or [])
     specs: list[TensorSpec] = []
     ptype = wtype if wtype in FLOAT_TYPES else "f16"  # per_layer_model_proj (never quantized)
+    # --mix: the attn_v tensors' order (the layers that have one)
+    v_layers = [i for i in range(s.n_layers)
+                if i < s.first_shared and not (s.k_eq_v and not s.swa[i])]
+    v_index = {layer: j for j, layer in enumerate(v_layers)}
 
     def mat(name, shape, t=wtype, kind="matrix", sd=std):
         for pat, tt in overrides:
             if re.search(pat, name):
                 t = tt
                 break
+        else:
+            m = re.match(r"blk\.(\d+)\.", name)
+            t = mix_type(mix, name, int(m.group(1)) if m else None, v_index, s.n_layers) or t
         specs.append(TensorSpec(name, tuple(shape), fallback_type(t, shape[-1]), kind, sd))
 
     def vec(name, n, kind="norm", **extra):
@@ -642,8 +679,13 @@ def build_specs(s: Shape, wtype: str, embd_type: str, std: float, logit_std: flo
     if s.dense_equivalent:
         if not s.n_experts:
             raise ValueError("--dense-equivalent needs an MoE preset (26b-a4b)")
-        width, dense_eq = _dense_equivalent_width(s, wtype)
-        s.ffn_per_layer = [width] * s.n_layers
+        # a width a layer: with --mix the layers' down products differ in type
+        per_layer = [_dense_equivalent_width(
+            s, wtype, mix_type(mix, "ffn_down.weight", i, v_index, s.n_layers)) for i in range(s.n_layers)]
+        s.ffn_per_layer = [w for w, _ in per_layer]
+        dense_eq = dict(per_layer[0][1], widths=s.ffn_per_layer,
+                        target_bytes=sum(inf["target_bytes_per_layer"] for _, inf in per_layer),
+                        dense_bytes=sum(inf["width_bytes"] for _, inf in per_layer))
 
     g3 = s.arch == "gemma3"
     if not g3:  # Gemma 4's proportional partial RoPE on the full layers
@@ -817,13 +859,18 @@ def build_metadata(s: Shape, wtype: str, name: str, tok) -> list[bytes]:
 
 
 def write_synthetic_gguf(path: str, preset: str = "26b-a4b", layers: int | None = None,
-                         vocab: int | None = None, qtype: str = "q4_0",
+                         vocab: int | None = None, qtype: str | None = None,
                          embd_type: str | None = None, dense_equivalent: bool = False,
                          shared_kv: int | None = None, seed: int = 0, std: float = 0.02,
                          logit_std: float = 2.0, copy_boost: float | None = None,
                          tensor_types: list | None = None, dry_run: bool = False,
-                         progress: bool = False, narrow: bool = False) -> dict:
-    qtype = qtype.lower()
+                         progress: bool = False, narrow: bool = False, mix: str | None = None) -> dict:
+    if mix is not None:
+        mix = mix.lower()
+        if mix not in MIXES:
+            raise ValueError(f"unknown mix {mix!r}; one of {', '.join(MIXES)}")
+        embd_type = embd_type or "q6_k"  # the tied token_embd, as the output matrix
+    qtype = (qtype or (MIXES[mix] if mix else "q4_0")).lower()
     embd_type = (embd_type or qtype).lower()
     for t in (qtype, embd_type):
         if t not in WRITABLE:
@@ -841,17 +888,17 @@ def write_synthetic_gguf(path: str, preset: str = "26b-a4b", layers: int | None 
         if not pat or tt.lower() not in WRITABLE:
             raise ValueError(f"--tensor-type {item!r}: want REGEX=TYPE, TYPE one of {WRITABLE}")
         ovr.append((pat, tt.lower()))
-    specs, info = build_specs(s, qtype, embd_type, std, logit_std, copy_boost, ovr, seed)
+    specs, info = build_specs(s, qtype, embd_type, std, logit_std, copy_boost, ovr, seed, mix)
     tok = build_vocab(s.vocab)
     label = f"synthetic {s.arch} {preset}" + (f" {s.n_layers}L" if layers else "") + \
-        (" dense-equivalent" if dense_equivalent else "") + f" {qtype.upper()}"
+        (" dense-equivalent" if dense_equivalent else "") + f" {(mix or qtype).upper()}"
     total = sum(t.nbytes for t in specs)
     by_type: dict[str, int] = {}
     for t in specs:
         by_type[t.qtype.upper()] = by_type.get(t.qtype.upper(), 0) + t.nbytes
     summary = dict(
         path=path, preset=preset, n_layers=s.n_layers, vocab=s.vocab, type=qtype,
-        embd_type=embd_type, dense_equivalent=dense_equivalent, shared_kv_layers=s.shared,
+        embd_type=embd_type, mix=mix, dense_equivalent=dense_equivalent, shared_kv_layers=s.shared,
         sliding=[bool(x) for x in s.swa], ffn=s.ffn_per_layer, n_tensors=len(specs),
         tensor_bytes=total, bytes_by_type=by_type,
         params=sum(int(np.prod(t.shape)) for t in specs),
@@ -901,7 +948,10 @@ def main(argv=None) -> None:
     ap.add_argument("--preset", default="26b-a4b", choices=list(PRESETS))
     ap.add_argument("--layers", type=int, default=None, help="fewer layers, same widths")
     ap.add_argument("--vocab", type=int, default=None, help=f"vocabulary size (default {VOCAB})")
-    ap.add_argument("--type", default="q4_0", choices=WRITABLE, help="weight type")
+    ap.add_argument("--type", default=None, choices=WRITABLE,
+                    help="weight type (default q4_0, or the --mix's base type)")
+    ap.add_argument("--mix", default=None, choices=list(MIXES),
+                    help="llama-quantize's non-pure mix of that name (see the docstring)")
     ap.add_argument("--embd-type", default=None, choices=WRITABLE,
                     help="token_embd / per_layer_token_embd type (default: --type)")
     ap.add_argument("--tensor-type", action="append", default=[], metavar="REGEX=TYPE",
@@ -928,7 +978,7 @@ def main(argv=None) -> None:
     summ = write_synthetic_gguf(a.out, a.preset, a.layers, a.vocab, a.type, a.embd_type,
                                 a.dense_equivalent, a.shared_kv, a.seed, a.std, a.logit_std,
                                 a.copy_boost, a.tensor_type,
-                                a.dry_run, progress=True, narrow=a.narrow)
+                                a.dry_run, progress=True, narrow=a.narrow, mix=a.mix)
     if a.json:
         print(json.dumps(summ, indent=1))
         return

@@ -52,6 +52,10 @@ CASES = {
     # 26B-A4B: MoE (128 experts, top 8), attention_k_eq_v, per-layer KV-head counts, Q4_K with the
     # Q5_0 fallback on ffn_down (2112) and ffn_down_exps (704)
     "26b-2L-q4_k": ("26b-a4b", 2, "q4_k", {}, 256),
+    # llama-quantize's Q4_K_M choices (--mix): layer 0's attn_v Q6_K (the only attn_v of two
+    # layers), layer 1's ffn_down and ffn_down_exps Q6_K -> Q8_0 (704 and 2112 wide), layer 0's
+    # Q5_0: down products of two types in one file
+    "26b-2L-q4_k_m": ("26b-a4b", 2, None, {"mix": "q4_k_m"}, 256),
     # 26B-A4B dense-equivalent (experts replaced by one 7744-wide MLP)
     "26b-dense-eq-2L-q4_0": ("26b-a4b", 2, "q4_0", {"dense_equivalent": True}, 256),
     # Gemma 3 270M shape (llama.cpp's gemma3, "llama" vocabulary): 5 sliding layers and a full one,
@@ -250,6 +254,54 @@ def test_dense_equivalent_bytes(qtype):
                + nbytes(tm, "blk.0.ffn_down_exps.weight")) // 128
     dense_mlp = sum(nbytes(td, f"blk.0.ffn_{k}.weight") for k in ("gate", "up", "down"))
     assert dense_mlp == mlp + 8 * experts == info["target_bytes_per_layer"]
+
+
+def test_use_more_bits_rule():
+    """llama-quantize's use_more_bits, written out for 30 and 42 layers (first and last eighth,
+    every third layer between)."""
+    assert [i for i in range(30) if msg.use_more_bits(i, 30)] == [0, 1, 2, 5, 8, 11, 14, 17, 20, 23, 26, 27, 28, 29]
+    assert [i for i in range(42) if msg.use_more_bits(i, 42)] == \
+        [0, 1, 2, 3, 4, 7, 10, 13, 16, 19, 22, 25, 28, 31, 34, 36, 37, 38, 39, 40, 41]
+
+
+def test_mix_q4_k_m_types():
+    """--mix q4_k_m on the published 26B-A4B and E4B shapes: Q4_K, a Q6_K tied embedding, Q6_K
+    attn_v on the use_more_bits positions among the layers that have one, Q6_K ffn_down on the
+    use_more_bits layers (Q8_0 where the row is not whole 256-blocks); the dense-equivalent keeps
+    every layer's bytes."""
+    s = msg.write_synthetic_gguf("unused.gguf", preset="26b-a4b", mix="q4_k_m", dry_run=True)
+    t = s["tensors"]
+    assert s["type"] == "q4_k" and t["token_embd.weight"]["type"] == "Q6_K"
+    v_layers = [i for i in range(30) if f"blk.{i}.attn_v.weight" in t]
+    assert len(v_layers) == 25                      # none on the 5 full (k = v) layers
+    for j, i in enumerate(v_layers):
+        assert t[f"blk.{i}.attn_v.weight"]["type"] == ("Q6_K" if msg.use_more_bits(j, 25) else "Q4_K"), i
+    for i in range(30):
+        down = "Q8_0" if msg.use_more_bits(i, 30) else "Q5_0"
+        assert t[f"blk.{i}.ffn_down.weight"]["type"] == down, i
+        assert t[f"blk.{i}.ffn_down_exps.weight"]["type"] == down, i
+        assert t[f"blk.{i}.ffn_gate_up_exps.weight"]["type"] == "Q4_K"
+        assert t[f"blk.{i}.attn_q.weight"]["type"] == "Q4_K"
+    assert t["blk.0.ffn_gate_inp.weight"]["type"] == "F32"
+    # --tensor-type still wins over the mix
+    s2 = msg.write_synthetic_gguf("unused.gguf", preset="26b-a4b", mix="q4_k_m", dry_run=True,
+                                  tensor_types=["attn_v=q8_0"])
+    assert s2["tensors"]["blk.0.attn_v.weight"]["type"] == "Q8_0"
+
+    e4b = msg.write_synthetic_gguf("unused.gguf", preset="e4b", mix="q4_k_m", dry_run=True)["tensors"]
+    for i in range(42):
+        assert e4b[f"blk.{i}.ffn_down.weight"]["type"] == ("Q6_K" if msg.use_more_bits(i, 42) else "Q4_K"), i
+    assert sum(f"blk.{i}.attn_v.weight" in e4b for i in range(42)) == 24   # 18 KV-shared layers
+
+    dense = msg.write_synthetic_gguf("unused.gguf", preset="26b-a4b", mix="q4_k_m", dense_equivalent=True,
+                                     dry_run=True)
+    info = dense["dense_equivalent_info"]
+    assert info["dense_bytes"] == info["target_bytes"]
+    td = dense["tensors"]
+    for i in (0, 3):  # a Q8_0-down layer and a Q5_0-down one
+        assert td[f"blk.{i}.ffn_down.weight"]["type"] == t[f"blk.{i}.ffn_down.weight"]["type"]
+    with pytest.raises(ValueError, match="unknown mix"):
+        msg.write_synthetic_gguf("unused.gguf", preset="26b-a4b", mix="q3_k_m", dry_run=True)
 
 
 def test_fallback_rule():

@@ -1,10 +1,13 @@
 # Sourced by the device scripts (h200_run.sh, ab_builds.sh): QARGS, the synthetic generator's
-# weight-type arguments for QUANT. q4_0 (the default, the issue's figures), or q4_k_m: llama-quantize's
-# Q4_K_M mix as the generator approximates it (Q4_K; Q6_K for attn_v and the tied embedding/head;
-# Q5_0 where a row's length is not a multiple of 256, as llama.cpp falls back). Any other
+# weight-type arguments for QUANT. q4_0 (the default, the issue's figures); q4_k_m: llama-quantize's
+# Q4_K_M mix (the generator's --mix q4_k_m: Q4_K, a Q6_K tied embedding/head, Q6_K attn_v and
+# ffn_down on llama.cpp's use_more_bits layers, and its shape fallbacks: Q5_0 / Q8_0 where a row is
+# not whole 256-blocks); q4_k_m_approx: the thirty-fourth to thirty-sixth sessions' approximation
+# of it (Q6_K attn_v on every layer, no Q6_K ffn_down), to reproduce their figures. Any other
 # generator --type name works too.
 QUANT=${QUANT:-q4_0}
 case $QUANT in
-  q4_k_m) QARGS="--type q4_k --embd-type q6_k --tensor-type attn_v=q6_k" ;;
+  q4_k_m) QARGS="--mix q4_k_m" ;;
+  q4_k_m_approx) QARGS="--type q4_k --embd-type q6_k --tensor-type attn_v=q6_k" ;;
   *) QARGS="--type $QUANT" ;;
 esac

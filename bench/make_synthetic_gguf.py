@@ -56,7 +56,8 @@ For the published shapes that hits ffn_down of 26B-A4B (ne0 = 2112 = 8*256 + 64)
 ffn_down_exps (ne0 = 704) with K-quants.
 --mix q4_k_m / q5_k_m: llama-quantize's non-pure Q4_K_M / Q5_K_M choices for the tensors a
 Gemma 4 file has (llama_tensor_get_type_impl, src/llama-quant.cpp): --type q4_k / q5_k, the tied
-token_embd Q6_K, and Q6_K for attn_v and ffn_down where use_more_bits(i, n) holds (i < n/8, or
+token_embd Q6_K (--embd-type, so per_layer_token_embd too: llama-quantize's choice for that one
+is not checked here), and Q6_K for attn_v and ffn_down where use_more_bits(i, n) holds (i < n/8, or
 i >= 7n/8, or (i - n/8) % 3 == 2): for attn_v, i counts the attn_v tensors (layers without one,
 KV-shared or k = v, are skipped) and n is their number; for ffn_down and ffn_down_exps, i is the
 layer and n the layer count. --type and --embd-type may still be given; --tensor-type wins over
@@ -274,6 +275,14 @@ class Shape:
 
     def head_dim(self, i: int) -> int:
         return self.hd_swa if self.swa[i] else self.hd_full
+
+    def has_kv(self, i: int) -> bool:
+        """Layer i has its own K (and V) projections: not a KV-shared layer."""
+        return i < self.first_shared
+
+    def has_v(self, i: int) -> bool:
+        """Layer i has an attn_v: its own KV, and not a full layer with attention_k_eq_v."""
+        return self.has_kv(i) and not (self.k_eq_v and not self.swa[i])
 
 
 def make_shape(preset: str, layers: int | None = None, vocab: int | None = None,
@@ -658,9 +667,7 @@ def build_specs(s: Shape, wtype: str, embd_type: str, std: float, logit_std: flo
     specs: list[TensorSpec] = []
     ptype = wtype if wtype in FLOAT_TYPES else "f16"  # per_layer_model_proj (never quantized)
     # --mix: the attn_v tensors' order (the layers that have one)
-    v_layers = [i for i in range(s.n_layers)
-                if i < s.first_shared and not (s.k_eq_v and not s.swa[i])]
-    v_index = {layer: j for j, layer in enumerate(v_layers)}
+    v_index = {layer: j for j, layer in enumerate(i for i in range(s.n_layers) if s.has_v(i))}
 
     def mat(name, shape, t=wtype, kind="matrix", sd=std):
         for pat, tt in overrides:
@@ -707,7 +714,7 @@ def build_specs(s: Shape, wtype: str, embd_type: str, std: float, logit_std: flo
     for i in range(s.n_layers):
         p = f"blk.{i}."
         hd, nkv = s.head_dim(i), s.kv_heads(i)
-        has_kv = i < s.first_shared
+        has_kv = s.has_kv(i)
         # Gemma 4 attends with scale 1, so its q/k norms carry the 1/sqrt(hd); Gemma 3 scales by
         # 1/sqrt(hd) itself (query_pre_attn_scalar = head_dim on the 270M)
         qk = math.sqrt(1.5) if g3 else math.sqrt(1.5 / math.sqrt(hd))
@@ -715,7 +722,7 @@ def build_specs(s: Shape, wtype: str, embd_type: str, std: float, logit_std: flo
         mat(p + "attn_q.weight", (s.n_heads * hd, H))
         if has_kv:
             mat(p + "attn_k.weight", (nkv * hd, H))
-            if not (s.k_eq_v and not s.swa[i]):
+            if s.has_v(i):
                 mat(p + "attn_v.weight", (nkv * hd, H))
         vec(p + "attn_q_norm.weight", hd, "qknorm", scale=qk)
         if has_kv:

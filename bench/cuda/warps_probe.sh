@@ -12,9 +12,8 @@ OUT=${OUT:-/tmp/out}; mkdir -p $OUT; M=/tmp/models; mkdir -p $M
 CMAKE_BUILD_PARALLEL_LEVEL=14 CMAKE_ARGS="-DMARKBASE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a-real" python3 -m pip install --no-build-isolation --no-deps -q . > $OUT/build.log 2>&1 || tail -20 $OUT/build.log
 wait
 B=$(python3 -c "import sysconfig;print(sysconfig.get_path('scripts'))")/markbase-bench
-for r in 1; do for f in e4b 26b; do for w in 2 3 4; do
-  e="X=1"; [ $w != 0 ] && e="MARKBASE_CUDA_MATVEC_WARPS=$w"
-  echo "== $f warps=$w round $r" >> $OUT/w.txt
-  env $e MARKBASE_CUDA_TRACE=1 $B --model $M/$f.gguf --backend cuda --prompt-tokens 512 --gen-tokens 64 --repeats 1 --json 2>&1 | grep -E "attn_q.*T=1|lm_head|total|decode_tok_s" | sed 's/.*"decode_tok_s": \([0-9.]*\).*/decode \1/' >> $OUT/w.txt
-done; done; done
+for f in e4b 26b; do for w in 2 3 4; do
+  echo "== $f warps=$w" >> $OUT/w.txt
+  MARKBASE_CUDA_MATVEC_WARPS=$w MARKBASE_CUDA_TRACE=1 $B --model $M/$f.gguf --backend cuda --prompt-tokens 512 --gen-tokens 64 --repeats 1 --json 2>&1 | grep -E "attn_q.*T=1|lm_head|total|decode_tok_s" | sed 's/.*"decode_tok_s": \([0-9.]*\).*/decode \1/' >> $OUT/w.txt
+done; done
 cat $OUT/w.txt

@@ -5,8 +5,9 @@
 // stdin: int32 type, K, rows, row_bytes, offset, shared; then the rows (rows * row_bytes bytes,
 // GGML blocks); then the activations as q8.cuh's Q8Vec: K int8 codes and K / 32 float32 scales.
 // The rows are placed `offset` bytes past a 16-byte boundary (the alignments a weight's rows take
-// in memory, or a staged row's copy in shared memory). shared: the loads of the staged LM head
-// (load_w_unit<TYPE, true>) instead of the global ones. stdout: each row's dot, one per line.
+// in memory, or a staged row's copy in shared memory). shared: 1, the loads of the staged LM head
+// (load_w_unit<TYPE, true>) instead of the global ones; 2, the MoE down kernel's whole-block
+// loads (Q5_0: load_w_block_q5_0 and block_half). stdout: each row's dot, one per line.
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -26,6 +27,19 @@ float row_dot(const mb_u8* row, int K, const signed char* q, const float* d) {
   return acc;
 }
 
+template <int TYPE>
+float row_dot_blocks(const mb_u8* row, int K, const signed char* q, const float* d) {
+  float acc = 0.0f;
+  if constexpr (q8_word_block(TYPE)) {
+    for (int b = 0; b < K / 32; ++b) {
+      const WBlockQ5 blk = load_w_block_q5_0(row, b);
+      acc += unit_dot<TYPE>(block_half(blk, 0), load_x_half<TYPE>(q, d, 2 * b));
+      acc += unit_dot<TYPE>(block_half(blk, 1), load_x_half<TYPE>(q, d, 2 * b + 1));
+    }
+  }
+  return acc;
+}
+
 }  // namespace
 
 int main() {
@@ -33,8 +47,8 @@ int main() {
   if (std::fread(hdr, sizeof(int32_t), 6, stdin) != 6) return 2;
   const int type = hdr[0], K = hdr[1], rows = hdr[2], offset = hdr[4];
   const size_t rb = hdr[3];
-  const bool shared = hdr[5] != 0;
-  if (rows < 1 || K % 32 != 0 || K % q8_unit_weights(type) != 0 || offset < 0 || offset > 15) return 3;
+  const int mode = hdr[5];
+  if (mode < 0 || mode > 2 || (mode == 2 && !q8_word_block(type)) || rows < 1 || K % 32 != 0 || K % q8_unit_weights(type) != 0 || offset < 0 || offset > 15) return 3;
   // 64 bytes of slack on both sides: the Q6_K windows read a few bytes around the codes
   std::vector<uint4> buf((rows * rb + 160) / 16);
   mb_u8* w = reinterpret_cast<mb_u8*>(buf.data()) + 64 + offset;
@@ -47,7 +61,9 @@ int main() {
     constexpr int T = decltype(t)::value;
     for (int r = 0; r < rows; ++r) {
       const mb_u8* row = w + r * rb;
-      const float v = shared ? row_dot<T, true>(row, K, q.data(), d.data()) : row_dot<T, false>(row, K, q.data(), d.data());
+      const float v = mode == 2   ? row_dot_blocks<T>(row, K, q.data(), d.data())
+                      : mode == 1 ? row_dot<T, true>(row, K, q.data(), d.data())
+                                  : row_dot<T, false>(row, K, q.data(), d.data());
       std::printf("%.9g\n", v);
     }
   });

@@ -82,7 +82,9 @@ def test_q8_units_against_gguf_dequantize(units_exe, qtype):
     f16 factors) dotted with random 8-bit activations. Rows follow each other as in a weight, so
     their starts take every alignment the block size allows; the staged LM head's loads from
     shared memory run too, with the rows at every offset their alignment allows inside a 16-byte
-    line (its copy starts where the row does). Runs without a GPU (CI)."""
+    line (its copy starts where the row does), and for Q5_0 the MoE down kernel's whole-block loads
+    (4-byte words around 2-byte aligned blocks, funnel-shifted), from every row start its
+    alignment allows. Runs without a GPU (CI)."""
     gguf = pytest.importorskip("gguf")
     type_id, block, per, f16_at, align = UNIT_BLOCKS[qtype]
     ggml = gguf.GGMLQuantizationType[qtype.upper()]
@@ -101,15 +103,16 @@ def test_q8_units_against_gguf_dequantize(units_exe, qtype):
     want = want_w @ x
     scale = np.abs(want_w * x).sum(axis=1)
     worst = 0.0
-    for shared, offsets in [(0, [0]), (1, range(0, 16, align))]:
+    modes = [(0, [0]), (1, range(0, 16, align))] + ([(2, range(0, 16, align))] if qtype == "q5_0" else [])
+    for mode, offsets in modes:
         for off in offsets:
-            inp = np.array([type_id, K, rows, data.shape[1], off, shared], np.int32).tobytes() + data.tobytes() + \
+            inp = np.array([type_id, K, rows, data.shape[1], off, mode], np.int32).tobytes() + data.tobytes() + \
                 xq.tobytes() + xd.tobytes()
             out = subprocess.run([units_exe], input=inp, capture_output=True, check=True).stdout
             got = np.array(out.split(), dtype=np.float64)
             assert got.shape == (rows,)
             err = np.abs(got - want) / scale
-            assert err.max() < 1e-6, (qtype, shared, off, err)  # float32 sums: ~2e-8 measured
+            assert err.max() < 1e-6, (qtype, mode, off, err)  # float32 sums: ~2e-8 measured
             worst = max(worst, float(err.max()))
     print(f"{qtype}: largest error relative to sum |w x| {worst:.2e}")  # bench/RESULTS.md quotes these (-s)
 

@@ -910,8 +910,8 @@ __global__ void __launch_bounds__(THREADS) gate_up_q8_kernel(WeightRef w, int E,
 // the k expert rows are concatenated), weighting each expert's part by its route weight, so the
 // weighted sum needs no second pass and no atomics. Each thread has FLIGHT units' loads in flight
 // before its first sum: the 26B-A4B shape has 8 x 44 = 352 units a row, which 2 a thread (the
-// first version) took in two dependent DRAM round trips and 3 take in one. The sums keep the
-// order of one unit at a time, whatever FLIGHT is.
+// first version) took in two dependent DRAM round trips and 3 take in one (Q5_0's whole-block
+// units: 176, 2 a thread). The sums keep the order of one unit at a time, whatever FLIGHT is.
 //
 // early: the route and the first round of weights are read before the PDL wait, as the dense
 // products read theirs. That is safe only because the gate/up kernel then triggers its dependents
@@ -920,11 +920,19 @@ __global__ void __launch_bounds__(THREADS) gate_up_q8_kernel(WeightRef w, int E,
 // The route is read once a block through L2 (__ldcg), never from a stale L1 line of an earlier
 // layer's. ROWS: output rows a block, 2 or 4 (experts_q8 picks).
 
+// A work unit of the down kernel: 16 weights (load_w_unit), or Q5_0's whole 32-weight block
+// (q8.cuh's load_w_block_q5_0: fewer loads for the same weights).
+template <int TYPE>
+constexpr int down_unit_weights() { return q8_word_block(TYPE) ? 32 : 16; }
+template <int TYPE>
+using DownUnit = std::conditional_t<q8_word_block(TYPE), WBlockQ5, WUnit<TYPE>>;
+
 template <int TYPE, int FLIGHT, int ROWS>
 __device__ __forceinline__ void down_q8_block(const WeightRef& w, int E, int Ie, int H, int k, const float* route,
                                               int host_n, const HostIds& hid, const Q8Vec& act, float* out, bool early,
                                               int blk) {
-  static_assert(q8_unit_weights(TYPE) == 16, "units of 16 weights (has_q8_moe_down's types)");
+  static_assert(q8_unit_weights(TYPE) == 16, "blocks of 32 weights (has_q8_moe_down's types)");
+  constexpr bool WHOLE = q8_word_block(TYPE);
   extern __shared__ float rt[];  // the route: 2 k floats (weight, expert id)
   bool waited = !early;  // each thread passes the wait once (pdl_wait stamps the trace)
   if (waited) pdl_wait();
@@ -933,14 +941,14 @@ __device__ __forceinline__ void down_q8_block(const WeightRef& w, int E, int Ie,
   for (int i = threadIdx.x; i < 2 * k; i += kQ8Threads) rt[i] = __ldcg(route + i);
   __syncthreads();
   const int h0 = blk * ROWS;
-  const int upe = Ie / 16;  // units per expert row
+  const int upe = Ie / down_unit_weights<TYPE>();  // units per expert row
   float acc[ROWS];
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) acc[r] = 0.0f;
   const int units = k * upe;
   for (int u = threadIdx.x; u < units; u += FLIGHT * kQ8Threads) {
-    WUnit<TYPE> wu[FLIGHT][ROWS];
-    XUnit xu[FLIGHT];
+    DownUnit<TYPE> wu[FLIGHT][ROWS];
+    XUnit xu[FLIGHT][WHOLE ? 2 : 1];
     float wgt[FLIGHT];
     bool ok[FLIGHT];
 #pragma unroll
@@ -953,8 +961,11 @@ __device__ __forceinline__ void down_q8_block(const WeightRef& w, int E, int Ie,
       wgt[f] = rt[2 * j];
       const mb_u8* base = w.data + static_cast<size_t>(e) * w.expert_bytes;
 #pragma unroll
-      for (int r = 0; r < ROWS; ++r)
-        wu[f][r] = load_w_unit<TYPE>(base + static_cast<size_t>(min(h0 + r, H - 1)) * w.row_bytes, uu);
+      for (int r = 0; r < ROWS; ++r) {
+        const mb_u8* row = base + static_cast<size_t>(min(h0 + r, H - 1)) * w.row_bytes;
+        if constexpr (WHOLE) wu[f][r] = load_w_block_q5_0(row, uu);
+        else wu[f][r] = load_w_unit<TYPE>(row, uu);
+      }
     }
     if (!waited) {
       pdl_wait();
@@ -964,13 +975,27 @@ __device__ __forceinline__ void down_q8_block(const WeightRef& w, int E, int Ie,
     for (int f = 0; f < FLIGHT; ++f) {
       const int v = ok[f] ? u + f * kQ8Threads : u;
       const int j = v / upe, uu = v - j * upe;
-      xu[f] = load_x_unit<TYPE>(act.q + static_cast<size_t>(j) * Ie, act.d + static_cast<size_t>(j) * (Ie / 32), uu);
+      const signed char* q = act.q + static_cast<size_t>(j) * Ie;
+      const float* d = act.d + static_cast<size_t>(j) * (Ie / 32);
+      if constexpr (WHOLE) {
+        xu[f][0] = load_x_half<TYPE>(q, d, 2 * uu);
+        xu[f][1] = load_x_half<TYPE>(q, d, 2 * uu + 1);
+      } else {
+        xu[f][0] = load_x_unit<TYPE>(q, d, uu);
+      }
     }
 #pragma unroll
     for (int f = 0; f < FLIGHT; ++f) {
       if (!ok[f]) break;
 #pragma unroll
-      for (int r = 0; r < ROWS; ++r) acc[r] += wgt[f] * unit_dot<TYPE>(wu[f][r], xu[f]);
+      for (int r = 0; r < ROWS; ++r) {
+        if constexpr (WHOLE) {
+          acc[r] += wgt[f] * unit_dot<TYPE>(block_half(wu[f][r], 0), xu[f][0]);
+          acc[r] += wgt[f] * unit_dot<TYPE>(block_half(wu[f][r], 1), xu[f][1]);
+        } else {
+          acc[r] += wgt[f] * unit_dot<TYPE>(wu[f][r], xu[f][0]);
+        }
+      }
     }
   }
   if (!waited) pdl_wait();  // a thread with no unit: nothing is written before the wait
@@ -1227,7 +1252,7 @@ void run_experts_q8(cudaStream_t s, const WeightRef& gu, const WeightRef& dn, in
   // the critical path, 2 in 8.5 and 4 in 8.4 (119 registers: fewer blocks an SM). A/B switch:
   // MARKBASE_CUDA_DOWN_FLIGHT=2, 3 or 4 forces it (the same sums in the same order).
   static const int forced = env_digit("MARKBASE_CUDA_DOWN_FLIGHT", 2, 4);
-  const int need = (k * (Ie / 16) + kQ8Threads - 1) / kQ8Threads;
+  const int need = (k * (Ie / (q8_word_block(dn.type) ? 32 : 16)) + kQ8Threads - 1) / kQ8Threads;
   const int flight = forced ? forced : std::min(4, std::max(2, need));
   const int gu_warps = gate_up_warps(gu.K, gu.type);
   // The down kernel's early reads (above). A/B switch: MARKBASE_CUDA_DOWN_EARLY=0.

@@ -48,6 +48,16 @@ MB_UNIT unsigned unit_funnelshift_r(unsigned lo, unsigned hi, unsigned sh) {
 #endif
 }
 
+// The clamped form: a shift of 32 gives hi (the wrapping form above gives lo).
+MB_UNIT unsigned unit_funnelshift_rc(unsigned lo, unsigned hi, unsigned sh) {
+#ifdef __CUDA_ARCH__
+  return __funnelshift_rc(lo, hi, sh);
+#else
+  sh = sh > 32 ? 32 : sh;
+  return sh == 0 ? lo : sh == 32 ? hi : (lo >> sh) | (hi << (32 - sh));
+#endif
+}
+
 // A block's scale and its reciprocal from the block's largest magnitude: one SFU reciprocal
 // (__fdividef) and a multiply, where the IEEE divisions (amax / 127, 127 / amax, each with its
 // slow-path check) were ~20 dependent instructions at the end of every decode row chain, on the
@@ -399,6 +409,45 @@ MB_UNIT WUnit<TYPE> load_w_unit(const mb_u8* row, int u) {
     w.sc = static_cast<unsigned>(ld_u16<SHARED>(p + g)) | (static_cast<unsigned>(ld_u16<SHARED>(p + g + 2)) << 16);
     w.d = ld_u16<SHARED>(p + 104);
   }
+  return w;
+}
+
+// Q5_0's whole 32-weight blocks (22 bytes, 2-byte aligned) as the six 4-byte words that cover
+// them: the block's address rounded down to 4 bytes, then 24 bytes (up to 2 past the block: the
+// backend allocates weights with 15 bytes of room). load_w_unit's 16-bit loads take 7 loads and
+// registers for 16 weights, held until the unit's dot; these take 3. The MoE down kernel reads
+// Q5_0 rows this way (llama.cpp's K-quant mixes give the 26B-A4B's 704- and 2112-wide down rows
+// Q5_0): on the H200 (bench/RESULTS.md, thirty-seventh session) decode 1.6-1.8 % faster on
+// 6-layer Q5_0 and Q4_K_M files. The same for Q8_0 (9 words for 34 bytes) was no faster, and for
+// Q4_0 (5 for 18) 1.3 % slower: its kernel went from 72 registers a thread to 96, and fewer
+// blocks fit an SM. block_half decodes a half into load_w_unit's unit after the loads land: each
+// 4-byte field sits 2 bytes past a multiple of 4 in the block, so one clamped funnel shift (by
+// 16, or by 32 when the block itself starts 2 bytes past a word) moves it into place.
+constexpr bool q8_word_block(int t) { return t == MB_Q5_0; }
+struct WBlockQ5 {
+  unsigned w[6];
+  unsigned sh;  // 8 * (the block's address & 3): 0 or 16
+};
+
+MB_UNIT WBlockQ5 load_w_block_q5_0(const mb_u8* row, int b) {
+  const mb_u8* p = row + 22 * b;
+  const unsigned a = static_cast<unsigned>(reinterpret_cast<uintptr_t>(p)) & 3u;
+  WBlockQ5 blk;
+#pragma unroll
+  for (int i = 0; i < 6; ++i) blk.w[i] = ld_u32<false>(p - a + 4 * i);
+  blk.sh = 8 * a;
+  return blk;
+}
+
+// Half h (a constant) of a block from load_w_block_q5_0, as load_w_unit's unit u = 2 b + h.
+MB_UNIT WUnit<MB_Q5_0> block_half(const WBlockQ5& blk, int h) {
+  // the 4 bytes at block offset 2 + 4 i
+  auto field = [&](int i) { return unit_funnelshift_rc(blk.w[i], blk.w[i + 1], 16 + blk.sh); };
+  WUnit<MB_Q5_0> w;
+  w.d = static_cast<unsigned short>(blk.w[0] >> blk.sh);  // d, qh[4], qs[16]
+  w.qh = field(0);
+  w.w[0] = field(1 + 2 * h);  // qs bytes 8h .. 8h + 7
+  w.w[1] = field(2 + 2 * h);
   return w;
 }
 

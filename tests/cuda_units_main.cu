@@ -7,7 +7,7 @@
 // The rows are placed `offset` bytes past a 16-byte boundary (the alignments a weight's rows take
 // in memory, or a staged row's copy in shared memory). shared: 1, the loads of the staged LM head
 // (load_w_unit<TYPE, true>) instead of the global ones; 2, the MoE down kernel's whole-block
-// loads (Q5_0: q8.cuh's row units, load_w_block_q5_0 and block_half). stdout: each row's dot, one per line.
+// loads (Q5_0: load_w_block_q5_0 and block_half). stdout: each row's dot, one per line.
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -30,9 +30,13 @@ float row_dot(const mb_u8* row, int K, const signed char* q, const float* d) {
 template <int TYPE>
 float row_dot_blocks(const mb_u8* row, int K, const signed char* q, const float* d) {
   float acc = 0.0f;
-  if constexpr (q8_word_block(TYPE))
-    for (int u = 0; u < K / row_unit_weights<TYPE>(); ++u)
-      acc += row_unit_dot<TYPE>(load_row_unit<TYPE>(row, u), load_row_x<TYPE>(q, d, u));
+  if constexpr (q8_word_block(TYPE)) {
+    for (int b = 0; b < K / 32; ++b) {
+      const WBlockQ5 blk = load_w_block_q5_0(row, b);
+      acc += unit_dot<TYPE>(block_half(blk, 0), load_x_half<TYPE>(q, d, 2 * b));
+      acc += unit_dot<TYPE>(block_half(blk, 1), load_x_half<TYPE>(q, d, 2 * b + 1));
+    }
+  }
   return acc;
 }
 

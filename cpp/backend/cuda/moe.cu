@@ -920,11 +920,19 @@ __global__ void __launch_bounds__(THREADS) gate_up_q8_kernel(WeightRef w, int E,
 // The route is read once a block through L2 (__ldcg), never from a stale L1 line of an earlier
 // layer's. ROWS: output rows a block, 2 or 4 (experts_q8 picks).
 
+// A work unit of the down kernel: 16 weights (load_w_unit), or Q5_0's whole 32-weight block
+// (q8.cuh's load_w_block_q5_0: fewer loads for the same weights).
+template <int TYPE>
+constexpr int down_unit_weights() { return q8_word_block(TYPE) ? 32 : 16; }
+template <int TYPE>
+using DownUnit = std::conditional_t<q8_word_block(TYPE), WBlockQ5, WUnit<TYPE>>;
+
 template <int TYPE, int FLIGHT, int ROWS>
 __device__ __forceinline__ void down_q8_block(const WeightRef& w, int E, int Ie, int H, int k, const float* route,
                                               int host_n, const HostIds& hid, const Q8Vec& act, float* out, bool early,
                                               int blk) {
   static_assert(q8_unit_weights(TYPE) == 16, "blocks of 32 weights (has_q8_moe_down's types)");
+  constexpr bool WHOLE = q8_word_block(TYPE);
   extern __shared__ float rt[];  // the route: 2 k floats (weight, expert id)
   bool waited = !early;  // each thread passes the wait once (pdl_wait stamps the trace)
   if (waited) pdl_wait();
@@ -933,14 +941,14 @@ __device__ __forceinline__ void down_q8_block(const WeightRef& w, int E, int Ie,
   for (int i = threadIdx.x; i < 2 * k; i += kQ8Threads) rt[i] = __ldcg(route + i);
   __syncthreads();
   const int h0 = blk * ROWS;
-  const int upe = Ie / row_unit_weights<TYPE>();  // units per expert row (q8.cuh's row units)
+  const int upe = Ie / down_unit_weights<TYPE>();  // units per expert row
   float acc[ROWS];
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) acc[r] = 0.0f;
   const int units = k * upe;
   for (int u = threadIdx.x; u < units; u += FLIGHT * kQ8Threads) {
-    RowUnit<TYPE> wu[FLIGHT][ROWS];
-    RowX<TYPE> xu[FLIGHT];
+    DownUnit<TYPE> wu[FLIGHT][ROWS];
+    XUnit xu[FLIGHT][WHOLE ? 2 : 1];
     float wgt[FLIGHT];
     bool ok[FLIGHT];
 #pragma unroll
@@ -955,7 +963,8 @@ __device__ __forceinline__ void down_q8_block(const WeightRef& w, int E, int Ie,
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
         const mb_u8* row = base + static_cast<size_t>(min(h0 + r, H - 1)) * w.row_bytes;
-        wu[f][r] = load_row_unit<TYPE>(row, uu);
+        if constexpr (WHOLE) wu[f][r] = load_w_block_q5_0(row, uu);
+        else wu[f][r] = load_w_unit<TYPE>(row, uu);
       }
     }
     if (!waited) {
@@ -966,13 +975,27 @@ __device__ __forceinline__ void down_q8_block(const WeightRef& w, int E, int Ie,
     for (int f = 0; f < FLIGHT; ++f) {
       const int v = ok[f] ? u + f * kQ8Threads : u;
       const int j = v / upe, uu = v - j * upe;
-      xu[f] = load_row_x<TYPE>(act.q + static_cast<size_t>(j) * Ie, act.d + static_cast<size_t>(j) * (Ie / 32), uu);
+      const signed char* q = act.q + static_cast<size_t>(j) * Ie;
+      const float* d = act.d + static_cast<size_t>(j) * (Ie / 32);
+      if constexpr (WHOLE) {
+        xu[f][0] = load_x_half<TYPE>(q, d, 2 * uu);
+        xu[f][1] = load_x_half<TYPE>(q, d, 2 * uu + 1);
+      } else {
+        xu[f][0] = load_x_unit<TYPE>(q, d, uu);
+      }
     }
 #pragma unroll
     for (int f = 0; f < FLIGHT; ++f) {
       if (!ok[f]) break;
 #pragma unroll
-      for (int r = 0; r < ROWS; ++r) acc[r] += wgt[f] * row_unit_dot<TYPE>(wu[f][r], xu[f]);
+      for (int r = 0; r < ROWS; ++r) {
+        if constexpr (WHOLE) {
+          acc[r] += wgt[f] * unit_dot<TYPE>(block_half(wu[f][r], 0), xu[f][0]);
+          acc[r] += wgt[f] * unit_dot<TYPE>(block_half(wu[f][r], 1), xu[f][1]);
+        } else {
+          acc[r] += wgt[f] * unit_dot<TYPE>(wu[f][r], xu[f][0]);
+        }
+      }
     }
   }
   if (!waited) pdl_wait();  // a thread with no unit: nothing is written before the wait

@@ -415,11 +415,10 @@ MB_UNIT WUnit<TYPE> load_w_unit(const mb_u8* row, int u) {
 // Q5_0's whole 32-weight blocks (22 bytes, 2-byte aligned) as the six 4-byte words that cover
 // them: the block's address rounded down to 4 bytes, then 24 bytes (up to 2 past the block: the
 // backend allocates weights with 15 bytes of room). load_w_unit's 16-bit loads take 7 loads and
-// registers for 16 weights, held until the unit's dot; these take 3. The decode row kernels read
-// Q5_0 rows this way (row units, below; llama.cpp's K-quant mixes give the 26B-A4B's 704- and
-// 2112-wide down rows Q5_0, and every product of a model whose width is not whole 256-blocks):
-// on the H200 (bench/RESULTS.md, thirty-seventh session) the MoE down kernel alone so made decode
-// 1.6-1.8 % faster on 6-layer Q5_0 and Q4_K_M files. The same for Q8_0 (9 words for 34 bytes) was no faster, and for
+// registers for 16 weights, held until the unit's dot; these take 3. The MoE down kernel reads
+// Q5_0 rows this way (llama.cpp's K-quant mixes give the 26B-A4B's 704- and 2112-wide down rows
+// Q5_0): on the H200 (bench/RESULTS.md, thirty-seventh session) decode 1.6-1.8 % faster on
+// 6-layer Q5_0 and Q4_K_M files. The same for Q8_0 (9 words for 34 bytes) was no faster, and for
 // Q4_0 (5 for 18) 1.3 % slower: its kernel went from 72 registers a thread to 96, and fewer
 // blocks fit an SM. block_half decodes a half into load_w_unit's unit after the loads land: each
 // 4-byte field sits 2 bytes past a multiple of 4 in the block, so one clamped funnel shift (by
@@ -609,36 +608,10 @@ __device__ __forceinline__ void warp_partials(const float (&acc)[R], float (&par
   __syncthreads();
 }
 
-// The unit a decode row kernel strides over (matvec_q8_block, moe.cu's down kernel): q8.cuh's
-// unit of TYPE, or Q5_0's whole 32-weight block (load_w_block_q5_0), whose activation side is the
-// block's two 16-value halves.
-template <int TYPE>
-constexpr int row_unit_weights() { return q8_word_block(TYPE) ? 32 : q8_unit_weights(TYPE); }
-template <int TYPE>
-using RowUnit = std::conditional_t<q8_word_block(TYPE), WBlockQ5, WUnit<TYPE>>;
-template <int TYPE>
-using RowX = std::conditional_t<q8_word_block(TYPE), XPair, XUnitOf<TYPE>>;
-
-template <int TYPE>
-MB_UNIT RowUnit<TYPE> load_row_unit(const mb_u8* row, int u) {
-  if constexpr (q8_word_block(TYPE)) return load_w_block_q5_0(row, u);
-  else return load_w_unit<TYPE>(row, u);
-}
-template <int TYPE>
-MB_UNIT RowX<TYPE> load_row_x(const signed char* q, const float* d, int u) {
-  if constexpr (q8_word_block(TYPE)) return XPair{load_x_half<TYPE>(q, d, 2 * u), load_x_half<TYPE>(q, d, 2 * u + 1), 0};
-  else return load_x_unit<TYPE>(q, d, u);
-}
-template <int TYPE>
-MB_UNIT float row_unit_dot(const RowUnit<TYPE>& w, const RowX<TYPE>& x) {
-  if constexpr (q8_word_block(TYPE)) return unit_dot<TYPE>(block_half(w, 0), x.lo) + unit_dot<TYPE>(block_half(w, 1), x.hi);
-  else return unit_dot<TYPE>(w, x);
-}
-
 // The matrix-vector product of R weight rows (any rows: one weight's, or gate and up rows
 // interleaved) on the quantized x, by the first THREADS threads of the block (the others, up to
-// 128, only take part in the wait and the barrier). The threads stride over the rows' units (row
-// units: Q5_0's whole blocks), two units' loads in flight before the first use; the first step's weights are loaded before the
+// 128, only take part in the wait and the barrier). The threads stride over the rows' units, two
+// units' loads in flight before the first use; the first step's weights are loaded before the
 // programmatic wait, so that they stream in while the kernel before still runs (longer rows go to
 // L2 meanwhile). Returns row r's sum in thread r (r < R). A row's sum depends only on its own
 // weights, x and THREADS, so any kernel calling this with the same THREADS gets the same bits.
@@ -648,15 +621,15 @@ template <int TYPE, int R, int THREADS>
 __device__ __forceinline__ float matvec_q8_block(const mb_u8* const (&rows)[R], int K, size_t row_bytes, Q8Vec x,
                                                  bool trigger_after_wait = false) {
   static_assert(THREADS % 32 == 0 && THREADS <= 128, "at most 4 warps compute");
-  const int units = K / row_unit_weights<TYPE>();
+  const int units = K / q8_unit_weights(TYPE);
   const bool mine = threadIdx.x < THREADS;
-  RowUnit<TYPE> wa[R], wb[R];
+  WUnit<TYPE> wa[R], wb[R];
   auto load_step = [&](int u) {
     const int u2 = u + THREADS < units ? u + THREADS : u;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      wa[r] = load_row_unit<TYPE>(rows[r], u);
-      wb[r] = load_row_unit<TYPE>(rows[r], u2);
+      wa[r] = load_w_unit<TYPE>(rows[r], u);
+      wb[r] = load_w_unit<TYPE>(rows[r], u2);
     }
   };
   int u = mine ? static_cast<int>(threadIdx.x) : units;
@@ -672,10 +645,10 @@ __device__ __forceinline__ float matvec_q8_block(const mb_u8* const (&rows)[R], 
   for (; u < units; u += 2 * THREADS) {
     const int u2 = u + THREADS;
     const bool two = u2 < units;
-    const RowX<TYPE> xa = load_row_x<TYPE>(x.q, x.d, u);
-    const RowX<TYPE> xb = load_row_x<TYPE>(x.q, x.d, two ? u2 : u);
+    const XUnitOf<TYPE> xa = load_x_unit<TYPE>(x.q, x.d, u);
+    const XUnitOf<TYPE> xb = load_x_unit<TYPE>(x.q, x.d, two ? u2 : u);
 #pragma unroll
-    for (int r = 0; r < R; ++r) acc[r] += row_unit_dot<TYPE>(wa[r], xa) + (two ? row_unit_dot<TYPE>(wb[r], xb) : 0.0f);
+    for (int r = 0; r < R; ++r) acc[r] += unit_dot<TYPE>(wa[r], xa) + (two ? unit_dot<TYPE>(wb[r], xb) : 0.0f);
     if (u + 2 * THREADS < units) load_step(u + 2 * THREADS);
   }
   __shared__ float part[4][R];

@@ -420,7 +420,9 @@ MB_UNIT WUnit<TYPE> load_w_unit(const mb_u8* row, int u) {
 // Q5_0): on the H200 (bench/RESULTS.md, thirty-seventh session) decode 1.6-1.8 % faster on
 // 6-layer Q5_0 and Q4_K_M files. The same for Q8_0 (9 words for 34 bytes) was no faster, and for
 // Q4_0 (5 for 18) 1.3 % slower: its kernel went from 72 registers a thread to 96, and fewer
-// blocks fit an SM. block_half decodes a half into load_w_unit's unit after the loads land: each
+// blocks fit an SM. matvec_q8_block reading Q5_0 this way made a Q5_0 file 9.5 % slower (q/k/v
+// 6.4 -> 9.0 us a layer, o 2.6 -> 4.8: its threads, sized for two 16-weight units each, then
+// had one block each in flight), so it keeps the 16-bit loads. block_half decodes a half into load_w_unit's unit after the loads land: each
 // 4-byte field sits 2 bytes past a multiple of 4 in the block, so one clamped funnel shift (by
 // 16, or by 32 when the block itself starts 2 bytes past a word) moves it into place.
 constexpr bool q8_word_block(int t) { return t == MB_Q5_0; }

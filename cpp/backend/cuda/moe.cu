@@ -858,26 +858,29 @@ __device__ __forceinline__ void gate_up_q8_block(const WeightRef& w, int E, int 
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-  // Two units a thread in flight (the loads of both before either sum): the expert's rows can
-  // only be asked for once the route is known, so every load is on the critical path. The sums
-  // keep the order of one unit at a time.
+  // q8_units_in_flight units a thread in flight (the loads of all before any sum): the expert's
+  // rows can only be asked for once the route is known, so every load is on the critical path.
+  // The sums keep the order of one unit at a time.
+  constexpr int F = q8_units_in_flight(TYPE);
   const int units = w.K / q8_unit_weights(TYPE);
-  for (int u = threadIdx.x < THREADS ? static_cast<int>(threadIdx.x) : units; u < units; u += 2 * THREADS) {
+  for (int u = threadIdx.x < THREADS ? static_cast<int>(threadIdx.x) : units; u < units; u += F * THREADS) {
     const int u2 = u + THREADS;
-    const bool two = u2 < units;
-    WUnit<TYPE> wa[R], wb[R];
+    const bool two = F == 2 && u2 < units;
+    WUnit<TYPE> wa[R], wb[F == 2 ? R : 1];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       wa[r] = load_w_unit<TYPE>(rows[r], u);
-      wb[r] = load_w_unit<TYPE>(rows[r], two ? u2 : u);
+      if constexpr (F == 2) wb[r] = load_w_unit<TYPE>(rows[r], two ? u2 : u);
     }
     const XUnitOf<TYPE> xa = load_x_unit<TYPE>(x.q, x.d, u);
-    const XUnitOf<TYPE> xb = load_x_unit<TYPE>(x.q, x.d, two ? u2 : u);
+    const XUnitOf<TYPE> xb = F == 2 ? load_x_unit<TYPE>(x.q, x.d, two ? u2 : u) : xa;
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] += unit_dot<TYPE>(wa[r], xa);
-    if (two) {
+    if constexpr (F == 2) {
+      if (two) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) acc[r] += unit_dot<TYPE>(wb[r], xb);
+        for (int r = 0; r < R; ++r) acc[r] += unit_dot<TYPE>(wb[r], xb);
+      }
     }
   }
   __shared__ float part[4][R];  // up to 4 warps a block

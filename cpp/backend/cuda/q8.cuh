@@ -129,15 +129,21 @@ constexpr bool q8_paired_unit(int t) { return t == MB_Q4_K || t == MB_Q5_K || t 
 // Weights a unit: the kernels' rows hold K / q8_unit_weights units.
 constexpr int q8_unit_weights(int t) { return q8_paired_unit(t) ? 32 : 16; }
 
-// Warps a block needs for its threads, two units each, to cover a row of K weights of `type` in
-// one round of loads, within [lo, 4]. Fewer threads than 4 warps when that suffices: a thread with
-// one unit or none takes registers that would let more blocks share an SM (matvec_q8.cu, moe.cu).
-// Q6_K's units one each (3 warps for K 2816 or 2560): a unit's 2-byte aligned codes take 19
-// loads a row, decoded after the programmatic wait. On the H200 (the Q4_K_M mix's attn_v, its own
-// launch; bench/RESULTS.md, thirty-sixth session) the 26B-A4B's q/k/v took 8.7 us a layer against
-// 9.5 with two a thread, E4B's 4.4 against ~4.1 (its 128 blocks of v: not understood yet).
+// Units a thread of the decode row kernels has in flight (matvec_q8_block, moe.cu's gate/up
+// blocks): two 16-weight units, or one paired K-quant unit (32 weights and their super-block's
+// 16-byte header, 8 registers a row). With two, matvec_q8_kernel held 125 (Q4_K), 166 (Q5_K) and
+// 168 (Q6_K) registers a thread against Q4_0's 66, and fewer blocks fit an SM.
+constexpr int q8_units_in_flight(int t) { return q8_paired_unit(t) ? 1 : 2; }
+
+// Warps a block needs for its threads, q8_units_in_flight units each, to cover a row of K weights
+// of `type` in one round of loads, within [lo, 4]. Fewer threads than 4 warps when that suffices:
+// a thread with one unit or none takes registers that would let more blocks share an SM
+// (matvec_q8.cu, moe.cu). The paired units one a thread: 3 warps for K 2816 or 2560. For Q6_K
+// (two a thread until the thirty-seventh session, its codes 19 loads a row) the 26B-A4B's q/k/v
+// took 8.7 us a layer against 9.5 with two (bench/RESULTS.md, thirty-sixth session), E4B's 4.4
+// against ~4.1 (its 128 blocks of v: not understood yet).
 inline int q8_row_warps(int K, int type, int lo) {
-  const int per_warp = type == MB_Q6_K ? 32 : 64;
+  const int per_warp = 32 * q8_units_in_flight(type);
   return std::min(4, std::max(lo, (K / q8_unit_weights(type) + per_warp - 1) / per_warp));
 }
 
@@ -612,8 +618,8 @@ __device__ __forceinline__ void warp_partials(const float (&acc)[R], float (&par
 
 // The matrix-vector product of R weight rows (any rows: one weight's, or gate and up rows
 // interleaved) on the quantized x, by the first THREADS threads of the block (the others, up to
-// 128, only take part in the wait and the barrier). The threads stride over the rows' units, two
-// units' loads in flight before the first use; the first step's weights are loaded before the
+// 128, only take part in the wait and the barrier). The threads stride over the rows' units,
+// q8_units_in_flight units' loads in flight before the first use; the first step's weights are loaded before the
 // programmatic wait, so that they stream in while the kernel before still runs (longer rows go to
 // L2 meanwhile). Returns row r's sum in thread r (r < R). A row's sum depends only on its own
 // weights, x and THREADS, so any kernel calling this with the same THREADS gets the same bits.
@@ -623,20 +629,21 @@ template <int TYPE, int R, int THREADS>
 __device__ __forceinline__ float matvec_q8_block(const mb_u8* const (&rows)[R], int K, size_t row_bytes, Q8Vec x,
                                                  bool trigger_after_wait = false) {
   static_assert(THREADS % 32 == 0 && THREADS <= 128, "at most 4 warps compute");
+  constexpr int F = q8_units_in_flight(TYPE);
   const int units = K / q8_unit_weights(TYPE);
   const bool mine = threadIdx.x < THREADS;
-  WUnit<TYPE> wa[R], wb[R];
+  WUnit<TYPE> wa[R], wb[F == 2 ? R : 1];
   auto load_step = [&](int u) {
     const int u2 = u + THREADS < units ? u + THREADS : u;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       wa[r] = load_w_unit<TYPE>(rows[r], u);
-      wb[r] = load_w_unit<TYPE>(rows[r], u2);
+      if constexpr (F == 2) wb[r] = load_w_unit<TYPE>(rows[r], u2);
     }
   };
   int u = mine ? static_cast<int>(threadIdx.x) : units;
   if (u < units) load_step(u);
-  if (units > 2 * THREADS)
+  if (units > F * THREADS)
 #pragma unroll
     for (int r = 0; r < R; ++r) prefetch_weights_l2(rows[r], row_bytes);
   pdl_wait();
@@ -644,14 +651,20 @@ __device__ __forceinline__ float matvec_q8_block(const mb_u8* const (&rows)[R], 
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-  for (; u < units; u += 2 * THREADS) {
-    const int u2 = u + THREADS;
-    const bool two = u2 < units;
-    const XUnitOf<TYPE> xa = load_x_unit<TYPE>(x.q, x.d, u);
-    const XUnitOf<TYPE> xb = load_x_unit<TYPE>(x.q, x.d, two ? u2 : u);
+  for (; u < units; u += F * THREADS) {
+    if constexpr (F == 2) {
+      const int u2 = u + THREADS;
+      const bool two = u2 < units;
+      const XUnitOf<TYPE> xa = load_x_unit<TYPE>(x.q, x.d, u);
+      const XUnitOf<TYPE> xb = load_x_unit<TYPE>(x.q, x.d, two ? u2 : u);
 #pragma unroll
-    for (int r = 0; r < R; ++r) acc[r] += unit_dot<TYPE>(wa[r], xa) + (two ? unit_dot<TYPE>(wb[r], xb) : 0.0f);
-    if (u + 2 * THREADS < units) load_step(u + 2 * THREADS);
+      for (int r = 0; r < R; ++r) acc[r] += unit_dot<TYPE>(wa[r], xa) + (two ? unit_dot<TYPE>(wb[r], xb) : 0.0f);
+    } else {
+      const XUnitOf<TYPE> xa = load_x_unit<TYPE>(x.q, x.d, u);
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r] += unit_dot<TYPE>(wa[r], xa);
+    }
+    if (u + F * THREADS < units) load_step(u + F * THREADS);
   }
   __shared__ float part[4][R];
   warp_partials(acc, part);

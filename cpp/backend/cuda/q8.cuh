@@ -132,7 +132,10 @@ constexpr int q8_unit_weights(int t) { return q8_paired_unit(t) ? 32 : 16; }
 // Units a thread of the decode row kernels has in flight (matvec_q8_block, moe.cu's gate/up
 // blocks): two 16-weight units, or one paired K-quant unit (32 weights and their super-block's
 // 16-byte header, 8 registers a row). With two, matvec_q8_kernel held 125 (Q4_K), 166 (Q5_K) and
-// 168 (Q6_K) registers a thread against Q4_0's 66, and fewer blocks fit an SM.
+// 168 (Q6_K) registers a thread against Q4_0's 66, and fewer blocks fit an SM. One each: decode
+// 2.3 % (26B-A4B) and 2.1 % (E4B) faster on 6-layer Q4_K_M files on the H200, the 26B-A4B
+// experts' Q4_K gate/up 10.8 -> 8.7 us a layer (Q4_0's: 9.0), q/k/v 7.4 -> 6.7 (bench/RESULTS.md,
+// thirty-seventh session).
 constexpr int q8_units_in_flight(int t) { return q8_paired_unit(t) ? 1 : 2; }
 
 // Warps a block needs for its threads, q8_units_in_flight units each, to cover a row of K weights

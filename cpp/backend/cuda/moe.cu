@@ -934,7 +934,7 @@ template <int TYPE, int FLIGHT, int ROWS>
 __device__ __forceinline__ void down_q8_block(const WeightRef& w, int E, int Ie, int H, int k, const float* route,
                                               int host_n, const HostIds& hid, const Q8Vec& act, float* out, bool early,
                                               int blk) {
-  static_assert(q8_unit_weights(TYPE) == 16, "blocks of 32 weights (has_q8_moe_down's types)");
+  static_assert(q8_unit_weights(TYPE) == 16, "the 32-weight block types (has_q8_moe_down's)");
   constexpr bool WHOLE = q8_word_block(TYPE);
   extern __shared__ float rt[];  // the route: 2 k floats (weight, expert id)
   bool waited = !early;  // each thread passes the wait once (pdl_wait stamps the trace)

@@ -424,16 +424,17 @@ MB_UNIT WUnit<TYPE> load_w_unit(const mb_u8* row, int u) {
 // Q5_0's whole 32-weight blocks (22 bytes, 2-byte aligned) as the six 4-byte words that cover
 // them: the block's address rounded down to 4 bytes, then 24 bytes (up to 2 past the block: the
 // backend allocates weights with 15 bytes of room). load_w_unit's 16-bit loads take 7 loads and
-// registers for 16 weights, held until the unit's dot; these take 3. The MoE down kernel reads
-// Q5_0 rows this way (llama.cpp's K-quant mixes give the 26B-A4B's 704- and 2112-wide down rows
-// Q5_0): on the H200 (bench/RESULTS.md, thirty-seventh session) decode 1.6-1.8 % faster on
-// 6-layer Q5_0 and Q4_K_M files. The same for Q8_0 (9 words for 34 bytes) was no faster, and for
-// Q4_0 (5 for 18) 1.3 % slower: its kernel went from 72 registers a thread to 96, and fewer
-// blocks fit an SM. matvec_q8_block reading Q5_0 this way made a Q5_0 file 9.5 % slower (q/k/v
-// 6.4 -> 9.0 us a layer, o 2.6 -> 4.8: its threads, sized for two 16-weight units each, then
-// had one block each in flight), so it keeps the 16-bit loads. block_half decodes a half into load_w_unit's unit after the loads land: each
-// 4-byte field sits 2 bytes past a multiple of 4 in the block, so one clamped funnel shift (by
-// 16, or by 32 when the block itself starts 2 bytes past a word) moves it into place.
+// registers for 16 weights, held until the unit's dot; these take 3. block_half decodes a half
+// into load_w_unit's unit after the loads land: each 4-byte field sits 2 bytes past a multiple of
+// 4 in the block, so one clamped funnel shift (by 16, or by 32 when the block itself starts 2
+// bytes past a word) moves it into place.
+// The MoE down kernel reads Q5_0 rows this way (llama.cpp's K-quant mixes give the 26B-A4B's 704-
+// and 2112-wide down rows Q5_0): on the H200 (bench/RESULTS.md, thirty-seventh session) decode
+// 1.0-1.8 % faster on 6-layer Q5_0 and Q4_K_M files. The same for Q8_0 (9 words for 34 bytes) was
+// no faster, and for Q4_0 (5 for 18) 1.3 % slower: its kernel went from 72 registers a thread to
+// 96, and fewer blocks fit an SM. matvec_q8_block reading Q5_0 this way made a Q5_0 file 9.5 %
+// slower (q/k/v 6.4 -> 9.0 us a layer, o 2.6 -> 4.8: its threads, sized for two 16-weight units
+// each, then had one block each in flight), so it keeps the 16-bit loads.
 constexpr bool q8_word_block(int t) { return t == MB_Q5_0; }
 struct WBlockQ5 {
   unsigned w[6];
@@ -622,9 +623,9 @@ __device__ __forceinline__ void warp_partials(const float (&acc)[R], float (&par
 // The matrix-vector product of R weight rows (any rows: one weight's, or gate and up rows
 // interleaved) on the quantized x, by the first THREADS threads of the block (the others, up to
 // 128, only take part in the wait and the barrier). The threads stride over the rows' units,
-// q8_units_in_flight units' loads in flight before the first use; the first step's weights are loaded before the
-// programmatic wait, so that they stream in while the kernel before still runs (longer rows go to
-// L2 meanwhile). Returns row r's sum in thread r (r < R). A row's sum depends only on its own
+// q8_units_in_flight units' loads in flight before the first use; the first step's weights are
+// loaded before the programmatic wait, so that they stream in while the kernel before still runs
+// (longer rows go to L2 meanwhile). Returns row r's sum in thread r (r < R). A row's sum depends only on its own
 // weights, x and THREADS, so any kernel calling this with the same THREADS gets the same bits.
 // trigger_after_wait: the block triggers its dependents right after its wait (a launch whose
 // dependents may read its inputs early: moe.cu's gate/up launches).

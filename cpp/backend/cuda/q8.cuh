@@ -141,10 +141,9 @@ constexpr int q8_units_in_flight(int t) { return q8_paired_unit(t) ? 1 : 2; }
 // Warps a block needs for its threads, q8_units_in_flight units each, to cover a row of K weights
 // of `type` in one round of loads, within [lo, 4]. Fewer threads than 4 warps when that suffices:
 // a thread with one unit or none takes registers that would let more blocks share an SM
-// (matvec_q8.cu, moe.cu). The paired units one a thread: 3 warps for K 2816 or 2560. For Q6_K
-// (two a thread until the thirty-seventh session, its codes 19 loads a row) the 26B-A4B's q/k/v
-// took 8.7 us a layer against 9.5 with two (bench/RESULTS.md, thirty-sixth session), E4B's 4.4
-// against ~4.1 (its 128 blocks of v: not understood yet).
+// (matvec_q8.cu, moe.cu). The paired units one a thread: 3 warps for K 2816 or 2560. On the
+// H200 (bench/RESULTS.md, thirty-seventh session) E4B's Q4_K_M decode was 4.8 % slower with every
+// product forced to 2 warps (its Q6_K v launch 3.8 us a layer against 2.4).
 inline int q8_row_warps(int K, int type, int lo) {
   const int per_warp = 32 * q8_units_in_flight(type);
   return std::min(4, std::max(lo, (K / q8_unit_weights(type) + per_warp - 1) / per_warp));

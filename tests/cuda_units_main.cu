@@ -2,12 +2,12 @@
 // 8-bit dot of every block type, as the matrix-vector, expert and LM-head kernels run them), for
 // tests/test_cuda_backend.py to check against the gguf package's dequantizers without a GPU.
 //
-// stdin: int32 type, K, rows, row_bytes, offset, shared; then the rows (rows * row_bytes bytes,
+// stdin: int32 type, K, rows, row_bytes, offset, mode; then the rows (rows * row_bytes bytes,
 // GGML blocks); then the activations as q8.cuh's Q8Vec: K int8 codes and K / 32 float32 scales.
 // The rows are placed `offset` bytes past a 16-byte boundary (the alignments a weight's rows take
-// in memory, or a staged row's copy in shared memory). shared: 1, the loads of the staged LM head
-// (load_w_unit<TYPE, true>) instead of the global ones; 2, the MoE down kernel's whole-block
-// loads (Q5_0: load_w_block_q5_0 and block_half). stdout: each row's dot, one per line.
+// in memory, or a staged row's copy in shared memory). mode: 0, the global loads; 1, the loads of
+// the staged LM head (load_w_unit<TYPE, true>); 2, the MoE down kernel's whole-block loads (Q5_0:
+// load_w_block_q5_0 and block_half). stdout: each row's dot, one per line.
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -48,7 +48,8 @@ int main() {
   const int type = hdr[0], K = hdr[1], rows = hdr[2], offset = hdr[4];
   const size_t rb = hdr[3];
   const int mode = hdr[5];
-  if (mode < 0 || mode > 2 || (mode == 2 && !q8_word_block(type)) || rows < 1 || K % 32 != 0 || K % q8_unit_weights(type) != 0 || offset < 0 || offset > 15) return 3;
+  if (mode < 0 || mode > 2 || (mode == 2 && !q8_word_block(type))) return 3;
+  if (rows < 1 || K % 32 != 0 || K % q8_unit_weights(type) != 0 || offset < 0 || offset > 15) return 3;
   // 64 bytes of slack on both sides: the Q6_K windows read a few bytes around the codes
   std::vector<uint4> buf((rows * rb + 160) / 16);
   mb_u8* w = reinterpret_cast<mb_u8*>(buf.data()) + 64 + offset;

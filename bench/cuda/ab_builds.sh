@@ -43,12 +43,13 @@ files=$(for v in ${VARIANTS:?VARIANTS is required}; do f=${v#*:}; echo ${f%%:*};
 # one instead, so that one call can compare builds on files of two mixes.
 base_quant=${QUANT:-q4_0}
 for f in $files; do
+  name=${f%%@*}  # the file's shape; the suffix only picks its mix
   [[ $f =~ ^g4-(26b(-dense)?(-6L)?|e4b-6L)(@[a-z0-9_]+)?$ ]] || { echo "unknown file $f" >> "$R"; exit 1; }
   QUANT=$base_quant; [[ $f == *@* ]] && QUANT=${f#*@}
   . bench/cuda/quant_args.sh
-  args="--preset $([[ $f == g4-26b* ]] && echo 26b-a4b || echo e4b) $QARGS"
-  [[ $f == *-dense* ]] && args+=" --dense-equivalent"
-  [[ $f == *-6L || $f == *-6L@* ]] && args+=" --layers 6"
+  args="--preset $([[ $name == g4-26b* ]] && echo 26b-a4b || echo e4b) $QARGS"
+  [[ $name == *-dense* ]] && args+=" --dense-equivalent"
+  [[ $name == *-6L ]] && args+=" --layers 6"
   python3 bench/make_synthetic_gguf.py $M/$f.gguf $args > /dev/null &
 done
 wait

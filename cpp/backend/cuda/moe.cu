@@ -925,8 +925,7 @@ __global__ void __launch_bounds__(THREADS) gate_up_q8_kernel(WeightRef w, int E,
 
 // A work unit of the down kernel: 16 weights (load_w_unit), or Q5_0's whole 32-weight block
 // (q8.cuh's load_w_block_q5_0: fewer loads for the same weights).
-template <int TYPE>
-constexpr int down_unit_weights() { return q8_word_block(TYPE) ? 32 : 16; }
+constexpr int down_unit_weights(int type) { return q8_word_block(type) ? 32 : 16; }
 template <int TYPE>
 using DownUnit = std::conditional_t<q8_word_block(TYPE), WBlockQ5, WUnit<TYPE>>;
 
@@ -944,7 +943,7 @@ __device__ __forceinline__ void down_q8_block(const WeightRef& w, int E, int Ie,
   for (int i = threadIdx.x; i < 2 * k; i += kQ8Threads) rt[i] = __ldcg(route + i);
   __syncthreads();
   const int h0 = blk * ROWS;
-  const int upe = Ie / down_unit_weights<TYPE>();  // units per expert row
+  const int upe = Ie / down_unit_weights(TYPE);  // units per expert row
   float acc[ROWS];
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) acc[r] = 0.0f;
@@ -1255,7 +1254,7 @@ void run_experts_q8(cudaStream_t s, const WeightRef& gu, const WeightRef& dn, in
   // the critical path, 2 in 8.5 and 4 in 8.4 (119 registers: fewer blocks an SM). A/B switch:
   // MARKBASE_CUDA_DOWN_FLIGHT=2, 3 or 4 forces it (the same sums in the same order).
   static const int forced = env_digit("MARKBASE_CUDA_DOWN_FLIGHT", 2, 4);
-  const int need = (k * (Ie / (q8_word_block(dn.type) ? 32 : 16)) + kQ8Threads - 1) / kQ8Threads;
+  const int need = (k * (Ie / down_unit_weights(dn.type)) + kQ8Threads - 1) / kQ8Threads;
   const int flight = forced ? forced : std::min(4, std::max(2, need));
   const int gu_warps = gate_up_warps(gu.K, gu.type);
   // The down kernel's early reads (above). A/B switch: MARKBASE_CUDA_DOWN_EARLY=0.

@@ -624,8 +624,9 @@ __device__ __forceinline__ void warp_partials(const float (&acc)[R], float (&par
 // 128, only take part in the wait and the barrier). The threads stride over the rows' units,
 // q8_units_in_flight units' loads in flight before the first use; the first step's weights are
 // loaded before the programmatic wait, so that they stream in while the kernel before still runs
-// (longer rows go to L2 meanwhile). Returns row r's sum in thread r (r < R). A row's sum depends only on its own
-// weights, x and THREADS, so any kernel calling this with the same THREADS gets the same bits.
+// (longer rows go to L2 meanwhile). Returns row r's sum in thread r (r < R). A row's sum depends
+// only on its own weights, x and THREADS, so any kernel calling this with the same THREADS gets
+// the same bits.
 // trigger_after_wait: the block triggers its dependents right after its wait (a launch whose
 // dependents may read its inputs early: moe.cu's gate/up launches).
 template <int TYPE, int R, int THREADS>

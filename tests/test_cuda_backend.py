@@ -370,13 +370,14 @@ def test_every_type_e2b(need_cuda, tmp_path, qtype):
         path.unlink(missing_ok=True)
 
 
-@pytest.mark.parametrize("qtype", ["q4_0", "q4_k", "q4_k_m"])
+@pytest.mark.parametrize("qtype", ["q4_0", "q4_k", "q4_k_m", "q5_k_m"])
 def test_gemma4_26b_a4b_shape(need_cuda, tmp_path, qtype):
     """26B-A4B widths (128 experts, top 8, head dim 512 on full layers, K-quant fallbacks to
     Q5_0 on the 704- and 2112-wide rows), 2 layers; the prompt goes through the grouped MoE
     matmuls, the generated tokens through the decode expert kernels. q4_k_m: llama-quantize's
-    mix (the generator's --mix), whose second layer's down products are Q8_0 and first's Q5_0."""
-    kw = dict(mix=qtype) if qtype == "q4_k_m" else dict(qtype=qtype)
+    mix (the generator's --mix), whose second layer's down products are Q8_0 and first's Q5_0;
+    q5_k_m: the same with Q5_K, whose fallback is Q5_1."""
+    kw = dict(mix=qtype) if qtype.endswith("_m") else dict(qtype=qtype)
     path, summary, rng = _synthetic(tmp_path, f"26b-{qtype}", preset="26b-a4b", layers=2, vocab=4096, **kw)
     try:
         _check_gguf(path, summary, rng, 96, 64, kv="f16")

@@ -44,7 +44,7 @@ if has llama && [ -f .gpu/llama.cpp-src.tar.gz ]; then
     echo "llama build rc=$?" > /tmp/llama/done ) &
 fi
 
-# QUANT: the files' weight types (quant_args.sh: q4_0, the issue's figures, or q4_k_m).
+# QUANT: the files' weight types (quant_args.sh: q4_0, the issue's figures, q4_k_m or q5_k_m).
 # VARIANT_ROWS=0 skips the 26B file's switch rows (sampling, host routing, no graph, no PDL, one
 # stream).
 . bench/cuda/quant_args.sh

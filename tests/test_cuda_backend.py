@@ -900,6 +900,26 @@ def test_int8_prefill_types_against_f16_tiles(need_cuda, tmp_path, preset, qtype
     assert rel_err(got["1"], got["0"]) < bound
 
 
+@pytest.mark.parametrize("qtype", ["q4_1", "q5_1", "q4_k", "q5_k"])
+def test_int8_prefill_mma_row_sums_bit_identical(need_cuda, tmp_path, qtype):
+    """The int8 prefill of the types with a minimum adds m da sum(qa) a block: the activation
+    rows' sums come from one more mma against a B of ones (the default) or from dp4a and
+    shuffles (MARKBASE_CUDA_MMQ_MMA_SUMS=0): the same integers, so the same logits bit for bit;
+    70 tokens in one chunk (the first-row and the +8-row halves of every 16-row tile)."""
+    path, summary, rng = _synthetic(tmp_path, f"e2b-{qtype}-sums", preset="e2b", layers=2, vocab=4096, qtype=qtype)
+    ids = _ids(summary, 70, rng)
+    code = (f"import markbase, numpy as np\nm = markbase.Model.load({str(path)!r}, backend='cuda', prefill_chunk=70)\n"
+            f"np.save(OUT, np.asarray(m.logits({ids!r})))\n")
+    got = {}
+    for flag in ("1", "0"):
+        out = str(tmp_path / f"sums_{flag}.npy")
+        _run_with_env(code.replace("OUT", repr(out)), {"MARKBASE_CUDA_MMQ_MMA_SUMS": flag})
+        got[flag] = np.load(out)
+    path.unlink(missing_ok=True)
+    assert np.isfinite(got["1"]).all()
+    assert np.array_equal(got["1"], got["0"])
+
+
 def test_int8_prefill_odd_widths(need_cuda, tmp_path):
     """Widths that do not fill the int8 tiles: hidden 160 (5 blocks: a part-filled stage of 4),
     MLP 352 (N not a multiple of 128, K of 11 blocks), 5 query heads of 64 (N = 320); Q8_0 on load. The int8

@@ -42,6 +42,8 @@
 //    blocks.
 //    MARKBASE_CUDA_SPLIT_K=0: prefill products with few outputs (the MoE router) on the
 //    matrix-vector kernel instead of cuda::matmul_split_k (an A/B switch; float32 either way).
+//    MARKBASE_CUDA_MMQ_MMA_SUMS=0: the int8 prefill products of the types with a minimum take
+//    their activation rows' sums by dp4a and shuffles instead of an mma (matmul_q8.cu; bit-identical).
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -419,7 +419,9 @@ __device__ __forceinline__ Job block_job(const Args& p) {
 }
 
 // 128 registers a thread: two blocks of 8 warps (or four of 4) per multiprocessor.
-template <int TYPE, bool PAIRED, int BN>
+// MMA_SUMS (has_min types): the activation blocks' sums by an mma (the default), or by dp4a and
+// shuffles (MARKBASE_CUDA_MMQ_MMA_SUMS=0, an A/B switch; the same bits).
+template <int TYPE, bool PAIRED, int BN, bool MMA_SUMS = true>
 __global__ void __launch_bounds__(2 * BN, 256 / BN) matmul_q8_kernel(Args p) {
   pdl_entry();
   using C = Tiles<BN, has_extra(TYPE)>;
@@ -536,20 +538,34 @@ __global__ void __launch_bounds__(2 * BN, 256 / BN) matmul_q8_kernel(Args p) {
         }
       }
       if constexpr (has_min(TYPE)) {
-        // + mw da sum(qa): the block's activation sums of this lane's rows g (fragment words 0 and
-        // 2 of a[i]) and g + 8 (words 1 and 3), each over the 4 lanes t that share the row.
+        // + mw da sum(qa): the block's activation sums of this lane's rows g and g + 8.
         const float4 mw4a = *reinterpret_cast<const float4*>(&S.mw[kb][wn * 32 + 8 * t]);
         const float4 mw4b = *reinterpret_cast<const float4*>(&S.mw[kb][wn * 32 + 8 * t + 4]);
         const float mw[8] = {mw4a.x, mw4a.y, mw4a.z, mw4a.w, mw4b.x, mw4b.y, mw4b.z, mw4b.w};
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          int sg = __dp4a(a[i][0], 0x01010101, __dp4a(a[i][2], 0x01010101, 0));
-          int sg8 = __dp4a(a[i][1], 0x01010101, __dp4a(a[i][3], 0x01010101, 0));
-          sg += __shfl_xor_sync(0xffffffffu, sg, 1);
-          sg8 += __shfl_xor_sync(0xffffffffu, sg8, 1);
-          sg += __shfl_xor_sync(0xffffffffu, sg, 2);
-          sg8 += __shfl_xor_sync(0xffffffffu, sg8, 2);
-          const float dsa[2] = {da[2 * i] * static_cast<float>(sg), da[2 * i + 1] * static_cast<float>(sg8)};
+          float sum[2];
+          if constexpr (MMA_SUMS) {
+            // One more mma, against a B of ones: its C holds each row's sum in every column
+            // (words 0, 1: row g; 2, 3: row g + 8), exact through the magic-number trick. The
+            // tensor cores are mostly idle here (the loop is bound by its issue), so this costs
+            // less than the 4 dp4a and 4 shuffles a tile below.
+            const int ones[2] = {0x01010101, 0x01010101};  // a B fragment of int8 ones
+            int c[4] = {kMagicBits, kMagicBits, kMagicBits, kMagicBits};
+            mma_s8(c, a[i], ones);
+            sum[0] = __int_as_float(c[0]) - kMagic;
+            sum[1] = __int_as_float(c[2]) - kMagic;
+          } else {  // fragment words 0 and 2 of a[i] (row g), 1 and 3 (g + 8), over the row's 4 lanes t
+            int sg = __dp4a(a[i][0], 0x01010101, __dp4a(a[i][2], 0x01010101, 0));
+            int sg8 = __dp4a(a[i][1], 0x01010101, __dp4a(a[i][3], 0x01010101, 0));
+            sg += __shfl_xor_sync(0xffffffffu, sg, 1);
+            sg8 += __shfl_xor_sync(0xffffffffu, sg8, 1);
+            sg += __shfl_xor_sync(0xffffffffu, sg, 2);
+            sg8 += __shfl_xor_sync(0xffffffffu, sg8, 2);
+            sum[0] = static_cast<float>(sg);
+            sum[1] = static_cast<float>(sg8);
+          }
+          const float dsa[2] = {da[2 * i] * sum[0], da[2 * i + 1] * sum[1]};
 #pragma unroll
           for (int j = 0; j < 4; ++j)
 #pragma unroll
@@ -628,6 +644,12 @@ void raise_smem_limit() {
       cudaFuncSetAttribute(matmul_q8_kernel<T, true, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
       if constexpr (!is_k_quant(T))
         cudaFuncSetAttribute(matmul_q8_kernel<T, false, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      if constexpr (has_min(T)) {
+        cudaFuncSetAttribute(matmul_q8_kernel<T, true, BN, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+        if constexpr (!is_k_quant(T))
+          cudaFuncSetAttribute(matmul_q8_kernel<T, false, BN, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               bytes);
+      }
     });
 }
 
@@ -647,6 +669,15 @@ template <int BN>
 void launch(cudaStream_t s, const Args& p, dim3 grid, bool paired) {
   with_q8_type(p.w.type, [&](auto t) {
     constexpr int T = decltype(t)::value, threads = Tiles<BN>::kThreads, smem = Tiles<BN, has_extra(T)>::kSmemBytes;
+    static const bool mma_sums = env_flag("MARKBASE_CUDA_MMQ_MMA_SUMS", true);
+    if constexpr (has_min(T)) {
+      if (!mma_sums) {
+        if constexpr (is_k_quant(T)) enqueue(matmul_q8_kernel<T, true, BN, false>, grid, threads, smem, s, p);
+        else if (paired) enqueue(matmul_q8_kernel<T, true, BN, false>, grid, threads, smem, s, p);
+        else enqueue(matmul_q8_kernel<T, false, BN, false>, grid, threads, smem, s, p);
+        return;
+      }
+    }
     // the K-quants have loaders of their own, which PAIRED does not change: one instance
     if constexpr (is_k_quant(T)) enqueue(matmul_q8_kernel<T, true, BN>, grid, threads, smem, s, p);
     else if (paired) enqueue(matmul_q8_kernel<T, true, BN>, grid, threads, smem, s, p);

@@ -876,6 +876,23 @@ def test_int8_prefill_odd_block_count(need_cuda, tmp_path, monkeypatch, qtype):
     assert _greedy(gpu, ids, 2)[0] == int(np.argmax(got[-1]))
 
 
+def _prefill_logits_by_flag(tmp_path, preset, qtype, flag_name):
+    """Logits of 70 tokens prefilled in one chunk on a 2-layer synthetic file, in a subprocess
+    with the environment switch flag_name set to "1" and to "0": {"1": logits, "0": logits}."""
+    path, summary, rng = _synthetic(tmp_path, f"{preset}-{qtype}-{flag_name}", preset=preset, layers=2,
+                                    vocab=4096, qtype=qtype)
+    ids = _ids(summary, 70, rng)
+    code = (f"import markbase, numpy as np\nm = markbase.Model.load({str(path)!r}, backend='cuda', prefill_chunk=70)\n"
+            f"np.save(OUT, np.asarray(m.logits({ids!r})))\n")
+    got = {}
+    for flag in ("1", "0"):
+        out = str(tmp_path / f"logits_{flag}.npy")
+        _run_with_env(code.replace("OUT", repr(out)), {flag_name: flag})
+        got[flag] = np.load(out)
+    path.unlink(missing_ok=True)
+    return got
+
+
 @pytest.mark.parametrize("preset,qtype", [("e2b", t) for t in INT8_MMA_TYPES] + [("26b-a4b", "q4_k")])
 def test_int8_prefill_types_against_f16_tiles(need_cuda, tmp_path, preset, qtype):
     """The int8 prefill of the types with a minimum (w = d q + m: Q4_1, Q5_1, the K-quants'
@@ -883,17 +900,7 @@ def test_int8_prefill_types_against_f16_tiles(need_cuda, tmp_path, preset, qtype
     block, 2-byte aligned super-blocks) runs on the int8 tensor cores: its
     logits are not the f16 tiles' (MARKBASE_CUDA_INT8_PREFILL=0) and are within the 8-bit bound of
     them; 70 tokens in one chunk."""
-    path, summary, rng = _synthetic(tmp_path, f"{preset}-{qtype}-mma", preset=preset, layers=2, vocab=4096,
-                                    qtype=qtype)
-    ids = _ids(summary, 70, rng)
-    code = (f"import markbase, numpy as np\nm = markbase.Model.load({str(path)!r}, backend='cuda', prefill_chunk=70)\n"
-            f"np.save(OUT, np.asarray(m.logits({ids!r})))\n")
-    got = {}
-    for flag in ("1", "0"):
-        out = str(tmp_path / f"int8_{flag}.npy")
-        _run_with_env(code.replace("OUT", repr(out)), {"MARKBASE_CUDA_INT8_PREFILL": flag})
-        got[flag] = np.load(out)
-    path.unlink(missing_ok=True)
+    got = _prefill_logits_by_flag(tmp_path, preset, qtype, "MARKBASE_CUDA_INT8_PREFILL")
     assert np.isfinite(got["1"]).all()
     assert not np.array_equal(got["1"], got["0"])
     bound = 2 * Q8_MAX_REL if preset == "26b-a4b" else Q8_MAX_REL  # near-tied experts (Q8_MAX_REL)
@@ -906,16 +913,7 @@ def test_int8_prefill_mma_row_sums_bit_identical(need_cuda, tmp_path, qtype):
     rows' sums come from one more mma against a B of ones (the default) or from dp4a and
     shuffles (MARKBASE_CUDA_MMQ_MMA_SUMS=0): the same integers, so the same logits bit for bit;
     70 tokens in one chunk (the first-row and the +8-row halves of every 16-row tile)."""
-    path, summary, rng = _synthetic(tmp_path, f"e2b-{qtype}-sums", preset="e2b", layers=2, vocab=4096, qtype=qtype)
-    ids = _ids(summary, 70, rng)
-    code = (f"import markbase, numpy as np\nm = markbase.Model.load({str(path)!r}, backend='cuda', prefill_chunk=70)\n"
-            f"np.save(OUT, np.asarray(m.logits({ids!r})))\n")
-    got = {}
-    for flag in ("1", "0"):
-        out = str(tmp_path / f"sums_{flag}.npy")
-        _run_with_env(code.replace("OUT", repr(out)), {"MARKBASE_CUDA_MMQ_MMA_SUMS": flag})
-        got[flag] = np.load(out)
-    path.unlink(missing_ok=True)
+    got = _prefill_logits_by_flag(tmp_path, "e2b", qtype, "MARKBASE_CUDA_MMQ_MMA_SUMS")
     assert np.isfinite(got["1"]).all()
     assert np.array_equal(got["1"], got["0"])
 

@@ -304,6 +304,22 @@ def test_mix_q4_k_m_types():
         msg.write_synthetic_gguf("unused.gguf", preset="26b-a4b", mix="q3_k_m", dry_run=True)
 
 
+def test_mix_q5_k_m_types():
+    """--mix q5_k_m: the same choices with Q5_K, whose fallback for rows that are not whole
+    256-blocks is Q5_1 (26B-A4B's 2112- and 704-wide down rows off the use_more_bits layers)."""
+    t = msg.write_synthetic_gguf("unused.gguf", preset="26b-a4b", mix="q5_k_m", dry_run=True)["tensors"]
+    assert t["token_embd.weight"]["type"] == "Q6_K"
+    for i in range(30):
+        down = "Q8_0" if msg.use_more_bits(i, 30) else "Q5_1"
+        assert t[f"blk.{i}.ffn_down.weight"]["type"] == down, i
+        assert t[f"blk.{i}.ffn_down_exps.weight"]["type"] == down, i
+        assert t[f"blk.{i}.ffn_gate_up_exps.weight"]["type"] == "Q5_K"
+        assert t[f"blk.{i}.attn_q.weight"]["type"] == "Q5_K"
+    e4b = msg.write_synthetic_gguf("unused.gguf", preset="e4b", mix="q5_k_m", dry_run=True)["tensors"]
+    for i in range(42):
+        assert e4b[f"blk.{i}.ffn_down.weight"]["type"] == ("Q6_K" if msg.use_more_bits(i, 42) else "Q5_K"), i
+
+
 def test_fallback_rule():
     assert msg.fallback_type("q4_k", 2112) == "q5_0"
     assert msg.fallback_type("q5_k", 704) == "q5_1"

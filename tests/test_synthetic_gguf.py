@@ -264,6 +264,19 @@ def test_use_more_bits_rule():
         [0, 1, 2, 3, 4, 7, 10, 13, 16, 19, 22, 25, 28, 31, 34, 36, 37, 38, 39, 40, 41]
 
 
+def _check_mix_layers(t, base, down, n_layers, more_bits_down, experts=True):
+    """A K-quant mix's per-layer types in the tensors t: ffn_down (and ffn_down_exps) more_bits_down
+    on llama-quantize's use_more_bits layers, else `down` (the base type, or its fallback where the
+    row is not whole 256-blocks); attn_q (and the experts' gate/up) the base type."""
+    for i in range(n_layers):
+        d = more_bits_down if msg.use_more_bits(i, n_layers) else down
+        assert t[f"blk.{i}.ffn_down.weight"]["type"] == d, i
+        assert t[f"blk.{i}.attn_q.weight"]["type"] == base, i
+        if experts:
+            assert t[f"blk.{i}.ffn_down_exps.weight"]["type"] == d, i
+            assert t[f"blk.{i}.ffn_gate_up_exps.weight"]["type"] == base, i
+
+
 def test_mix_q4_k_m_types():
     """--mix q4_k_m on the published 26B-A4B and E4B shapes: Q4_K, a Q6_K tied embedding, Q6_K
     attn_v on the use_more_bits positions among the layers that have one, Q6_K ffn_down on the
@@ -276,12 +289,7 @@ def test_mix_q4_k_m_types():
     assert len(v_layers) == 25                      # none on the 5 full (k = v) layers
     for j, i in enumerate(v_layers):
         assert t[f"blk.{i}.attn_v.weight"]["type"] == ("Q6_K" if msg.use_more_bits(j, 25) else "Q4_K"), i
-    for i in range(30):
-        down = "Q8_0" if msg.use_more_bits(i, 30) else "Q5_0"
-        assert t[f"blk.{i}.ffn_down.weight"]["type"] == down, i
-        assert t[f"blk.{i}.ffn_down_exps.weight"]["type"] == down, i
-        assert t[f"blk.{i}.ffn_gate_up_exps.weight"]["type"] == "Q4_K"
-        assert t[f"blk.{i}.attn_q.weight"]["type"] == "Q4_K"
+    _check_mix_layers(t, "Q4_K", "Q5_0", 30, "Q8_0")
     assert t["blk.0.ffn_gate_inp.weight"]["type"] == "F32"
     # --tensor-type still wins over the mix
     s2 = msg.write_synthetic_gguf("unused.gguf", preset="26b-a4b", mix="q4_k_m", dry_run=True,
@@ -289,8 +297,7 @@ def test_mix_q4_k_m_types():
     assert s2["tensors"]["blk.0.attn_v.weight"]["type"] == "Q8_0"
 
     e4b = msg.write_synthetic_gguf("unused.gguf", preset="e4b", mix="q4_k_m", dry_run=True)["tensors"]
-    for i in range(42):
-        assert e4b[f"blk.{i}.ffn_down.weight"]["type"] == ("Q6_K" if msg.use_more_bits(i, 42) else "Q4_K"), i
+    _check_mix_layers(e4b, "Q4_K", "Q4_K", 42, "Q6_K", experts=False)
     assert sum(f"blk.{i}.attn_v.weight" in e4b for i in range(42)) == 24   # 18 KV-shared layers
 
     dense = msg.write_synthetic_gguf("unused.gguf", preset="26b-a4b", mix="q4_k_m", dense_equivalent=True,
@@ -309,15 +316,9 @@ def test_mix_q5_k_m_types():
     256-blocks is Q5_1 (26B-A4B's 2112- and 704-wide down rows off the use_more_bits layers)."""
     t = msg.write_synthetic_gguf("unused.gguf", preset="26b-a4b", mix="q5_k_m", dry_run=True)["tensors"]
     assert t["token_embd.weight"]["type"] == "Q6_K"
-    for i in range(30):
-        down = "Q8_0" if msg.use_more_bits(i, 30) else "Q5_1"
-        assert t[f"blk.{i}.ffn_down.weight"]["type"] == down, i
-        assert t[f"blk.{i}.ffn_down_exps.weight"]["type"] == down, i
-        assert t[f"blk.{i}.ffn_gate_up_exps.weight"]["type"] == "Q5_K"
-        assert t[f"blk.{i}.attn_q.weight"]["type"] == "Q5_K"
+    _check_mix_layers(t, "Q5_K", "Q5_1", 30, "Q8_0")
     e4b = msg.write_synthetic_gguf("unused.gguf", preset="e4b", mix="q5_k_m", dry_run=True)["tensors"]
-    for i in range(42):
-        assert e4b[f"blk.{i}.ffn_down.weight"]["type"] == ("Q6_K" if msg.use_more_bits(i, 42) else "Q5_K"), i
+    _check_mix_layers(e4b, "Q5_K", "Q5_K", 42, "Q6_K", experts=False)
 
 
 def test_fallback_rule():

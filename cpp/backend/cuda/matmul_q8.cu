@@ -641,15 +641,14 @@ void raise_smem_limit() {
   for (int type = 0; type <= MB_Q6_K; ++type)  // GGML's ids: the has_int8_mma() types among them
     with_q8_type(type, [](auto t) {
       constexpr int T = decltype(t)::value, bytes = Tiles<BN, has_extra(T)>::kSmemBytes;
-      cudaFuncSetAttribute(matmul_q8_kernel<T, true, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-      if constexpr (!is_k_quant(T))
-        cudaFuncSetAttribute(matmul_q8_kernel<T, false, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-      if constexpr (has_min(T)) {
-        cudaFuncSetAttribute(matmul_q8_kernel<T, true, BN, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      auto allow = [](auto sums) {  // the instances launch() may take
+        constexpr bool S = decltype(sums)::value;
+        cudaFuncSetAttribute(matmul_q8_kernel<T, true, BN, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
         if constexpr (!is_k_quant(T))
-          cudaFuncSetAttribute(matmul_q8_kernel<T, false, BN, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               bytes);
-      }
+          cudaFuncSetAttribute(matmul_q8_kernel<T, false, BN, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      };
+      allow(std::true_type{});
+      if constexpr (has_min(T)) allow(std::false_type{});
     });
 }
 
@@ -667,21 +666,20 @@ int resident_blocks() {
 
 template <int BN>
 void launch(cudaStream_t s, const Args& p, dim3 grid, bool paired) {
+  static const bool mma_sums = env_flag("MARKBASE_CUDA_MMQ_MMA_SUMS", true);
   with_q8_type(p.w.type, [&](auto t) {
     constexpr int T = decltype(t)::value, threads = Tiles<BN>::kThreads, smem = Tiles<BN, has_extra(T)>::kSmemBytes;
-    static const bool mma_sums = env_flag("MARKBASE_CUDA_MMQ_MMA_SUMS", true);
+    auto go = [&](auto sums) {
+      constexpr bool S = decltype(sums)::value;
+      // the K-quants have loaders of their own, which PAIRED does not change: one instance
+      if constexpr (is_k_quant(T)) enqueue(matmul_q8_kernel<T, true, BN, S>, grid, threads, smem, s, p);
+      else if (paired) enqueue(matmul_q8_kernel<T, true, BN, S>, grid, threads, smem, s, p);
+      else enqueue(matmul_q8_kernel<T, false, BN, S>, grid, threads, smem, s, p);
+    };
     if constexpr (has_min(T)) {
-      if (!mma_sums) {
-        if constexpr (is_k_quant(T)) enqueue(matmul_q8_kernel<T, true, BN, false>, grid, threads, smem, s, p);
-        else if (paired) enqueue(matmul_q8_kernel<T, true, BN, false>, grid, threads, smem, s, p);
-        else enqueue(matmul_q8_kernel<T, false, BN, false>, grid, threads, smem, s, p);
-        return;
-      }
+      if (!mma_sums) return go(std::false_type{});
     }
-    // the K-quants have loaders of their own, which PAIRED does not change: one instance
-    if constexpr (is_k_quant(T)) enqueue(matmul_q8_kernel<T, true, BN>, grid, threads, smem, s, p);
-    else if (paired) enqueue(matmul_q8_kernel<T, true, BN>, grid, threads, smem, s, p);
-    else enqueue(matmul_q8_kernel<T, false, BN>, grid, threads, smem, s, p);
+    go(std::true_type{});
   });
 }
 

@@ -339,7 +339,7 @@ __device__ __forceinline__ void store_w_stage_k(const StagedK<TYPE>& s, int kb0,
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       c[i] = (s.q[i] >> (4 * h)) & 0x0F0F0F0Fu;
-      if constexpr (TYPE == MB_Q5_K) c[i] |= ((s.qh[i] >> (sub + h)) & 0x01010101u) << 4;
+      if constexpr (TYPE == MB_Q5_K) c[i] |= q5k_bits(s.qh[i], sub + h);
     }
     int4* dst = reinterpret_cast<int4*>(&st.w[n][(b + h) * 32]);
     dst[0] = make_int4(c[0], c[1], c[2], c[3]);

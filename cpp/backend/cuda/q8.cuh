@@ -469,6 +469,10 @@ MB_UNIT WUnit<MB_Q5_0> block_half(const WBlockQ5& blk, int h) {
 MB_UNIT unsigned q5_bits(unsigned b) { return ((b & 0xFu) * 0x02040810u) & 0x10101010u; }
 // Bits 4 .. 7 of b, likewise (copies of b's high nibble at 0, 7, 14 and 21: bit 4 + k at 4 + 8k).
 MB_UNIT unsigned q5_bits_high(unsigned b) { return ((b & 0xF0u) * 0x00204081u) & 0x10101010u; }
+// Bit s (0 .. 7) of each byte of qh moved to bit 4 of that byte (Q5_K: bit s of qh byte l is the
+// fifth bit of weight l of sub-block s), by one rotation: right by s - 4 mod 32 takes bit 8k + s to
+// 8k + 4 for every k. A shift, a mask and a shift back took one instruction more a word.
+MB_UNIT unsigned q5k_bits(unsigned qh, int s) { return unit_funnelshift_r(qh, qh, (s - 4) & 31) & 0x10101010u; }
 
 // The 6-bit scale and minimum of a Q4_K / Q5_K sub-block s from the 12 scale bytes (GGML's
 // get_scale_min_k4): sub-blocks 0-3 in the low 6 bits of bytes s and s + 4, 4-7 in nibbles of
@@ -545,8 +549,8 @@ MB_UNIT float unit_dot(const WUnit<TYPE>& w, const XUnitOf<TYPE>& x) {
       lo[i] = w.w[i] & m;
       hi[i] = (w.w[i] >> 4) & m;
       if constexpr (TYPE == MB_Q5_K) {
-        lo[i] |= ((w.qh[i] >> s) & 0x01010101u) << 4;
-        hi[i] |= ((w.qh[i] >> (s + 1)) & 0x01010101u) << 4;
+        lo[i] |= q5k_bits(w.qh[i], s);
+        hi[i] |= q5k_bits(w.qh[i], s + 1);
       }
     }
     unsigned scales, mins;

@@ -44,6 +44,8 @@
 //    matrix-vector kernel instead of cuda::matmul_split_k (an A/B switch; float32 either way).
 //    MARKBASE_CUDA_MMQ_MMA_SUMS=0: the int8 prefill products of the types with a minimum take
 //    their activation rows' sums by dp4a and shuffles instead of an mma (matmul_q8.cu; bit-identical).
+//    MARKBASE_CUDA_MATVEC_Q5K_BOUND=0: Q5_K's 96-thread decode products without their register cap
+//    (matvec_q8.cu; the same arithmetic).
 #include <cuda_runtime.h>
 
 #include <algorithm>

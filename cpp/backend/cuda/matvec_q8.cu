@@ -27,6 +27,8 @@ constexpr int kTallRows = 4;
 constexpr int kTallN = 65536;
 // MARKBASE_CUDA_TALL_STAGED=0: the LM head through the unit-load kernel (for A/B timing).
 const bool tall_staged_ = env_flag("MARKBASE_CUDA_TALL_STAGED", true);
+// MARKBASE_CUDA_MATVEC_Q5K_BOUND=0: Q5_K's 96-thread products without the register cap below (A/B).
+const bool q5k_bound_ = env_flag("MARKBASE_CUDA_MATVEC_Q5K_BOUND", true);
 
 // One row of `n` values per blockIdx.y; 32 consecutive values per warp (one q8 block).
 __global__ void quantize_q8_kernel(const float* a, int as, int n, Q8Vec q, int qs) {
@@ -37,8 +39,14 @@ __global__ void quantize_q8_kernel(const float* a, int as, int n, Q8Vec q, int q
   q8_store_warp(v, j, j < n, qr);
 }
 
-template <int TYPE, int R, int THREADS>
-__global__ void __launch_bounds__(THREADS) matvec_q8_kernel(MatvecJobs jobs, Q8Vec x, int K) {
+// MIN_BLOCKS: blocks an SM must fit (__launch_bounds__), capping the registers a thread. Q5_K's
+// unit holds 12 registers a row in flight (Q4_K's 8): with R = 4 rows its 96-thread kernel took 94
+// registers, so 6 blocks fit an SM where Q4_K's (64 registers) fit 10, and its products ran at the
+// same DRAM throughput with 18 warps an SM instead of 30 (Nsight Compute, E4B gate/up: 42 % of
+// peak either way; bench/RESULTS.md, thirty-ninth session). Capped for 8 blocks it takes 79, with
+// no spills (9: 72 and 48 bytes of spills).
+template <int TYPE, int R, int THREADS, int MIN_BLOCKS = 0>
+__global__ void __launch_bounds__(THREADS, MIN_BLOCKS) matvec_q8_kernel(MatvecJobs jobs, Q8Vec x, int K) {
   pdl_trigger();
   const int first = blockIdx.x * R;
   WeightRef w;
@@ -146,6 +154,9 @@ int launch_rows(cudaStream_t s, MatvecJobs jobs, Q8Vec x, int K) {
     constexpr int T = decltype(t)::value;
     constexpr decltype(&matvec_q8_kernel<T, R, 64>) kernel[] = {matvec_q8_kernel<T, R, 64>, matvec_q8_kernel<T, R, 96>,
                                                                 matvec_q8_kernel<T, R, 128>};
+    if constexpr (T == MB_Q5_K) {
+      if (warps == 3 && q5k_bound_) return enqueue(matvec_q8_kernel<T, R, 96, 8>, blocks, 96, 0, s, jobs, x, K);
+    }
     enqueue(kernel[warps - 2], blocks, 32 * warps, 0, s, jobs, x, K);
   }) ? 1 : 0;
 }

@@ -39,12 +39,12 @@ __global__ void quantize_q8_kernel(const float* a, int as, int n, Q8Vec q, int q
   q8_store_warp(v, j, j < n, qr);
 }
 
-// MIN_BLOCKS: blocks an SM must fit (__launch_bounds__), capping the registers a thread. Q5_K's
-// unit holds 12 registers a row in flight (Q4_K's 8): with R = 4 rows its 96-thread kernel took 94
-// registers, so 6 blocks fit an SM where Q4_K's (64 registers) fit 10, and its products ran at the
-// same DRAM throughput with 18 warps an SM instead of 30 (Nsight Compute, E4B gate/up: 42 % of
-// peak either way; bench/RESULTS.md, thirty-ninth session). Capped for 8 blocks it takes 79, with
-// no spills (9: 72 and 48 bytes of spills).
+// MIN_BLOCKS (0: none): blocks an SM must fit (__launch_bounds__), capping a thread's registers.
+// Q5_K's unit holds 12 registers a row in flight (Q4_K's 8): with R = 4 rows its 96-thread kernel
+// took 94 registers, so 6 blocks fit an SM where Q4_K's (64 registers) fit 10, and its products ran
+// at the same DRAM throughput with 18 warps an SM instead of 30 (Nsight Compute, E4B gate/up: 42 %
+// of peak either way; bench/RESULTS.md, thirty-ninth session). Capped for 8 blocks it takes 79
+// registers with no spills (for 9: 72, and 48 bytes of spills).
 template <int TYPE, int R, int THREADS, int MIN_BLOCKS = 0>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) matvec_q8_kernel(MatvecJobs jobs, Q8Vec x, int K) {
   pdl_trigger();

@@ -39,8 +39,8 @@ done
 files=$(for v in ${VARIANTS:?VARIANTS is required}; do f=${v#*:}; echo ${f%%:*}; done | sort -u)
 # A file's generator arguments from its name: g4-26b or g4-e4b, -dense (the dense comparison
 # model, 26B-A4B only), -6L (6 layers, else the full depth). QUANT: the weight types
-# (quant_args.sh: q4_0 by default, q4_k_m, q5_k_m); a name ending in @QUANT (g4-26b-6L@q4_k_m) takes that
-# one instead, so that one call can compare builds on files of two mixes.
+# (quant_args.sh: q4_0 by default, q4_k_m, q5_k_m); a name ending in @QUANT (g4-26b-6L@q4_k_m)
+# takes that one instead, so that one call can compare builds on files of two mixes.
 base_quant=${QUANT:-q4_0}
 for f in $files; do
   name=${f%%@*}  # the file's shape; the suffix only picks its mix

@@ -7,7 +7,8 @@ backends against the CPU where the real 270M file cannot be sent.)
 
     python bench/make_synthetic_gguf.py OUT.gguf [--preset e2b|e4b|26b-a4b|31b|gemma3-270m] [--layers N]
         [--vocab N] [--type q4_0|q4_1|q5_0|q5_1|q8_0|q4_k|q5_k|q6_k|f16|bf16|f32]
-        [--mix q4_k_m|q5_k_m] [--embd-type TYPE] [--tensor-type REGEX=TYPE ...] [--dense-equivalent] [--shared-kv N]
+        [--mix q4_k_m|q5_k_m] [--embd-type TYPE] [--tensor-type REGEX=TYPE ...] [--dense-equivalent | --one-expert]
+        [--shared-kv N]
         [--seed S] [--std 0.02] [--logit-std 2] [--copy-boost B] [--dry-run] [--json]
 
 Examples:
@@ -111,6 +112,18 @@ With one bytes-per-element for all three matrices this is I_eq = I + K * Ie = 21
 the 2112/704 ones). In general I_eq is the multiple of 32 that minimises the difference (printed).
 Not counted: the MoE model also reads its F32 router (H * E * 4 bytes = 1.44 MB per layer on
 26B-A4B) and the two extra norms; the dense-equivalent has neither.
+
+One-expert twin (--one-expert, 26B-A4B only)
+--------------------------------------------
+The 26B-A4B shape with its MoE block kept whole (router, per-expert scale, pre_ffw_norm_2,
+post_ffw_norm_1/2, the dense MLP beside) but one expert of width K * Ie (5632) instead of E = 128
+of width Ie, and top-1: every token takes the same expert, with weight 1 times its scale. The
+experts' bytes read per token are the top-k experts' (exact for one bytes-per-element type; a
+K-quant mix's 704-wide down rows fall back to a 32-block type where 5632 does not). The router is
+one F32 row. So against the MoE model it differs in the routing alone: the 128-row router product,
+the top-k and the eight experts' scattered rows; against --dense-equivalent in Gemma 4's MoE block
+(two MLPs, three post-norms). Both engines load it as an ordinary MoE model (llama.cpp's CUDA
+build on the H200, bench/RESULTS.md, fortieth session).
 
 Library use: `write_synthetic_gguf(path, preset="e2b", layers=4, vocab=4096, qtype="q4_0")`
 returns a summary dict (shapes, types, bytes, token ids, dense-equivalent width).
@@ -262,6 +275,7 @@ class Shape:
     ctx: int
     vocab: int
     dense_equivalent: bool = False
+    one_expert: bool = False
     arch: str = "gemma4"
     swa: list = field(default_factory=list)
     ffn_per_layer: list = field(default_factory=list)
@@ -286,7 +300,8 @@ class Shape:
 
 
 def make_shape(preset: str, layers: int | None = None, vocab: int | None = None,
-               shared_kv: int | None = None, dense_equivalent: bool = False) -> Shape:
+               shared_kv: int | None = None, dense_equivalent: bool = False,
+               one_expert: bool = False) -> Shape:
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; one of {', '.join(PRESETS)}")
     p = dict(PRESETS[preset])
@@ -307,6 +322,11 @@ def make_shape(preset: str, layers: int | None = None, vocab: int | None = None,
     s.ffn_per_layer = [s.ffn * 2 if (s.double_wide and i >= s.first_shared) else s.ffn
                        for i in range(n)]
     s.dense_equivalent = bool(dense_equivalent)
+    if one_expert:
+        if not s.n_experts or dense_equivalent:
+            raise ValueError("--one-expert needs an MoE preset (26b-a4b) and no --dense-equivalent")
+        s.one_expert = True
+        s.n_experts, s.top_k, s.expert_ffn = 1, 1, s.top_k * s.expert_ffn
     return s
 
 
@@ -871,7 +891,8 @@ def write_synthetic_gguf(path: str, preset: str = "26b-a4b", layers: int | None 
                          shared_kv: int | None = None, seed: int = 0, std: float = 0.02,
                          logit_std: float = 2.0, copy_boost: float | None = None,
                          tensor_types: list | None = None, dry_run: bool = False,
-                         progress: bool = False, narrow: bool = False, mix: str | None = None) -> dict:
+                         progress: bool = False, narrow: bool = False, mix: str | None = None,
+                         one_expert: bool = False) -> dict:
     if mix is not None:
         mix = mix.lower()
         if mix not in MIXES:
@@ -882,7 +903,7 @@ def write_synthetic_gguf(path: str, preset: str = "26b-a4b", layers: int | None 
     for t in (qtype, embd_type):
         if t not in WRITABLE:
             raise ValueError(f"unsupported type {t!r}; one of {', '.join(WRITABLE)}")
-    s = make_shape(preset, layers, vocab, shared_kv, dense_equivalent)
+    s = make_shape(preset, layers, vocab, shared_kv, dense_equivalent, one_expert)
     if narrow:  # same layers, heads, head dims, experts and routing; 256-wide residual and MLPs
         s.hidden, s.ffn = NARROW, NARROW
         s.expert_ffn = NARROW if s.n_experts else 0
@@ -898,14 +919,16 @@ def write_synthetic_gguf(path: str, preset: str = "26b-a4b", layers: int | None 
     specs, info = build_specs(s, qtype, embd_type, std, logit_std, copy_boost, ovr, seed, mix)
     tok = build_vocab(s.vocab)
     label = f"synthetic {s.arch} {preset}" + (f" {s.n_layers}L" if layers else "") + \
-        (" dense-equivalent" if dense_equivalent else "") + f" {(mix or qtype).upper()}"
+        (" dense-equivalent" if dense_equivalent else "") + (" one-expert" if one_expert else "") + \
+        f" {(mix or qtype).upper()}"
     total = sum(t.nbytes for t in specs)
     by_type: dict[str, int] = {}
     for t in specs:
         by_type[t.qtype.upper()] = by_type.get(t.qtype.upper(), 0) + t.nbytes
     summary = dict(
         path=path, preset=preset, n_layers=s.n_layers, vocab=s.vocab, type=qtype,
-        embd_type=embd_type, mix=mix, dense_equivalent=dense_equivalent, shared_kv_layers=s.shared,
+        embd_type=embd_type, mix=mix, dense_equivalent=dense_equivalent, one_expert=one_expert,
+        experts=s.n_experts, top_k=s.top_k, expert_ffn=s.expert_ffn, shared_kv_layers=s.shared,
         sliding=[bool(x) for x in s.swa], ffn=s.ffn_per_layer, n_tensors=len(specs),
         tensor_bytes=total, bytes_by_type=by_type,
         params=sum(int(np.prod(t.shape)) for t in specs),
@@ -966,6 +989,8 @@ def main(argv=None) -> None:
                          "as llama-quantize --tensor-type; the shape fallback still applies)")
     ap.add_argument("--dense-equivalent", action="store_true",
                     help="26b-a4b with the experts replaced by a dense MLP of equal bytes/token")
+    ap.add_argument("--one-expert", action="store_true",
+                    help="26b-a4b with one expert of top_k times the width, top-1")
     ap.add_argument("--shared-kv", type=int, default=None,
                     help="number of KV-shared layers (default: the preset's, scaled with --layers)")
     ap.add_argument("--seed", type=int, default=0)
@@ -984,8 +1009,8 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     summ = write_synthetic_gguf(a.out, a.preset, a.layers, a.vocab, a.type, a.embd_type,
                                 a.dense_equivalent, a.shared_kv, a.seed, a.std, a.logit_std,
-                                a.copy_boost, a.tensor_type,
-                                a.dry_run, progress=True, narrow=a.narrow, mix=a.mix)
+                                a.copy_boost, a.tensor_type, a.dry_run, progress=True,
+                                narrow=a.narrow, mix=a.mix, one_expert=a.one_expert)
     if a.json:
         print(json.dumps(summ, indent=1))
         return

@@ -386,6 +386,19 @@ def test_gemma4_26b_a4b_shape(need_cuda, tmp_path, qtype):
         path.unlink(missing_ok=True)
 
 
+def test_gemma4_26b_a4b_one_expert(need_cuda, tmp_path):
+    """The one-expert twin of the 26B-A4B shape (the generator's --one-expert: one 5632-wide expert,
+    top-1, its MoE block otherwise whole; bench/RESULTS.md measures it against the MoE model), 2
+    layers: the router's single block and the experts' launches with k = 1, prompt and decode."""
+    path, summary, rng = _synthetic(tmp_path, "26b-one", preset="26b-a4b", layers=2, vocab=4096, qtype="q4_0",
+                                    one_expert=True)
+    try:
+        _check_gguf(path, summary, rng, 96, 64, kv="f16")
+        _check_gguf(path, summary, rng, 12, 1, kv="f32")
+    finally:
+        path.unlink(missing_ok=True)
+
+
 @pytest.mark.parametrize("router", ["f32", "q8_0"])
 def test_prefill_router_split_k(need_cuda, tmp_path, router):
     """The MoE router's product in prefill (128 outputs: too few for a grid of tiles) runs split

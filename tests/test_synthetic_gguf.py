@@ -256,6 +256,29 @@ def test_dense_equivalent_bytes(qtype):
     assert dense_mlp == mlp + 8 * experts == info["target_bytes_per_layer"]
 
 
+@pytest.mark.parametrize("qtype", ["q4_0", "q8_0"])
+def test_one_expert_twin_bytes(qtype):
+    """--one-expert keeps the MoE block whole, with one expert of top_k times the width taken by
+    every token: the experts' bytes a token are the top-k experts' of the MoE model."""
+    moe = msg.write_synthetic_gguf("unused.gguf", preset="26b-a4b", qtype=qtype, dry_run=True)
+    one = msg.write_synthetic_gguf("unused.gguf", preset="26b-a4b", qtype=qtype, one_expert=True,
+                                   dry_run=True)
+    assert (one["experts"], one["top_k"], one["expert_ffn"]) == (1, 1, 8 * 704)
+    tm, to = moe["tensors"], one["tensors"]
+    assert to["blk.0.ffn_gate_up_exps.weight"]["shape"] == [1, 2 * 5632, 2816]
+    assert to["blk.0.ffn_gate_inp.weight"]["shape"] == [1, 2816]
+    assert set(tm) == set(to)  # the same tensors: router, norms, dense MLP, experts
+
+    def nbytes(t, name):
+        shape, ty = t[name]["shape"], t[name]["type"].lower()
+        return math.prod(shape[:-1]) * msg.row_bytes(ty, shape[-1])
+
+    for name in ("blk.0.ffn_gate_up_exps.weight", "blk.0.ffn_down_exps.weight"):
+        assert nbytes(to, name) == nbytes(tm, name) // 128 * 8
+    with pytest.raises(ValueError, match="one-expert"):
+        msg.write_synthetic_gguf("unused.gguf", preset="e4b", one_expert=True, dry_run=True)
+
+
 def test_use_more_bits_rule():
     """llama-quantize's use_more_bits, written out for 30 and 42 layers (first and last eighth,
     every third layer between)."""

@@ -100,6 +100,20 @@ def test_greedy_matches_transformers(tiny_models, markbase_module, name, length)
     assert again == got, f"{name}: a second greedy run after logits() gave {again}, first {got}"
 
 
+@pytest.mark.parametrize("chunk", [1, 7])
+def test_one_expert_moe_matches_transformers(tmp_path, markbase_module, chunk):
+    """A Gemma 4 MoE model with one expert and top-1 (bench/make_synthetic_gguf.py's --one-expert
+    twin is this shape at full size): every token takes the expert with weight 1 times its scale,
+    which a routing that assumed E > k or more than one lane of experts would get wrong."""
+    model = tg.build_model("gemma4_moe", seed=5, num_experts=1, top_k_experts=1)
+    path = tg.save_model(model, str(tmp_path / "moe-one"))
+    ids = tg.random_prompt(PROMPT_LEN, 512, seed=3)
+    m = load(markbase_module, path, prefill_chunk=chunk)
+    check_logits(m.logits(ids), tg.hf_logits(model, ids), REL_TOL, f"one expert, prefill_chunk={chunk}")
+    want = tg.hf_greedy(model, ids, 8)
+    tg.check_greedy(list(m.generate_tokens(ids, max_tokens=8, temperature=0)), want, "one expert")
+
+
 # ---------------------------------------------------------------------------------------------
 # quant="q8_0"
 

@@ -38,17 +38,19 @@ for b in ${BUILDS:-}; do
 done
 files=$(for v in ${VARIANTS:?VARIANTS is required}; do f=${v#*:}; echo ${f%%:*}; done | sort -u)
 # A file's generator arguments from its name: g4-26b or g4-e4b, -dense (the dense comparison
-# model, 26B-A4B only), -6L (6 layers, else the full depth). QUANT: the weight types
+# model, 26B-A4B only), -one (its one-expert twin: the MoE block kept, one expert, top-1), -6L
+# (6 layers, else the full depth). QUANT: the weight types
 # (quant_args.sh: q4_0 by default, q4_k_m, q5_k_m); a name ending in @QUANT (g4-26b-6L@q4_k_m)
 # takes that one instead, so that one call can compare builds on files of two mixes.
 base_quant=${QUANT:-q4_0}
 for f in $files; do
   name=${f%%@*}  # the file's shape; the suffix only picks its mix
-  [[ $f =~ ^g4-(26b(-dense)?(-6L)?|e4b-6L)(@[a-z0-9_]+)?$ ]] || { echo "unknown file $f" >> "$R"; exit 1; }
+  [[ $f =~ ^g4-(26b(-dense|-one)?(-6L)?|e4b-6L)(@[a-z0-9_]+)?$ ]] || { echo "unknown file $f" >> "$R"; exit 1; }
   QUANT=$base_quant; [[ $f == *@* ]] && QUANT=${f#*@}
   . bench/cuda/quant_args.sh
   args="--preset $([[ $name == g4-26b* ]] && echo 26b-a4b || echo e4b) $QARGS"
   [[ $name == *-dense* ]] && args+=" --dense-equivalent"
+  [[ $name == *-one* ]] && args+=" --one-expert"
   [[ $name == *-6L ]] && args+=" --layers 6"
   python3 bench/make_synthetic_gguf.py $M/$f.gguf $args > /dev/null &
 done

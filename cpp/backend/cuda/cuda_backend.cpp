@@ -44,8 +44,9 @@
 //    matrix-vector kernel instead of cuda::matmul_split_k (an A/B switch; float32 either way).
 //    MARKBASE_CUDA_MMQ_MMA_SUMS=0: the int8 prefill products of the types with a minimum take
 //    their activation rows' sums by dp4a and shuffles instead of an mma (matmul_q8.cu; bit-identical).
-//    MARKBASE_CUDA_MATVEC_Q5K_BOUND=0: Q5_K's 96-thread decode products without their register cap
-//    (matvec_q8.cu; the same arithmetic).
+//    MARKBASE_CUDA_MATVEC_Q5K_BOUND=0: Q5_K's decode products without their register cap; a digit 1-7
+//    caps the block sizes of its bits (1: 64 threads, 2: 96, 4: 128) instead of the default rule
+//    (matvec_q8.cu's use_capped; the same arithmetic either way).
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -27,8 +27,12 @@ constexpr int kTallRows = 4;
 constexpr int kTallN = 65536;
 // MARKBASE_CUDA_TALL_STAGED=0: the LM head through the unit-load kernel (for A/B timing).
 const bool tall_staged_ = env_flag("MARKBASE_CUDA_TALL_STAGED", true);
-// MARKBASE_CUDA_MATVEC_Q5K_BOUND=0: Q5_K's 96-thread products without the register cap below (A/B).
-const bool q5k_bound_ = env_flag("MARKBASE_CUDA_MATVEC_Q5K_BOUND", true);
+// MARKBASE_CUDA_MATVEC_Q5K_BOUND: Q5_K's register cap below (A/B). Unset: use_capped's rule; a
+// digit: the mask of block sizes capped (bit 0: 64 threads, 1: 96, 2: 128), 0 none.
+const int q5k_bound_ = [] {
+  const char* v = std::getenv("MARKBASE_CUDA_MATVEC_Q5K_BOUND");
+  return v && v[0] >= '0' && v[0] <= '7' && !v[1] ? v[0] - '0' : -1;
+}();
 
 // One row of `n` values per blockIdx.y; 32 consecutive values per warp (one q8 block).
 __global__ void quantize_q8_kernel(const float* a, int as, int n, Q8Vec q, int qs) {
@@ -40,11 +44,15 @@ __global__ void quantize_q8_kernel(const float* a, int as, int n, Q8Vec q, int q
 }
 
 // MIN_BLOCKS (0: none): blocks an SM must fit (__launch_bounds__), capping a thread's registers.
-// Q5_K's unit holds 12 registers a row in flight (Q4_K's 8): with R = 4 rows its 96-thread kernel
-// took 94 registers, so 6 blocks fit an SM where Q4_K's (64 registers) fit 10, and its products ran
-// at the same DRAM throughput with 18 warps an SM instead of 30 (Nsight Compute, E4B gate/up: 42 %
-// of peak either way; bench/RESULTS.md, thirty-ninth session). Capped for 8 blocks it takes 79
-// registers with no spills (for 9: 72, and 48 bytes of spills).
+// Q5_K's unit holds 12 registers a row in flight (Q4_K's 8): with R = 4 rows its kernel takes 94
+// registers at 64, 96 and 128 threads, against Q4_K's 64, and fewer blocks fit an SM (Nsight
+// Compute, E4B gate/up at 96 threads: 42 % of DRAM peak either way, with 18 warps an SM against
+// 30; bench/RESULTS.md, thirty-ninth session). kQ5kMaxRegs: the cap, 79 registers with no spills at
+// each block size (72: 48 bytes of spills). use_capped says where it applies.
+constexpr int kQ5kMaxRegs = 80;
+template <int TYPE, int THREADS>
+constexpr int matvec_q8_min_blocks() { return TYPE == MB_Q5_K ? 65536 / (kQ5kMaxRegs * THREADS) : 0; }
+
 template <int TYPE, int R, int THREADS, int MIN_BLOCKS = 0>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) matvec_q8_kernel(MatvecJobs jobs, Q8Vec x, int K) {
   pdl_trigger();
@@ -140,6 +148,27 @@ int launch_tall_staged(cudaStream_t s, const MatvecJobs& jobs, Q8Vec x, int K) {
   }) ? 1 : 0;
 }
 
+// Whether a launch of `blocks` blocks of `threads` takes the capped kernel. On the H200 (6-layer
+// Q5_K_M files, fortieth session) the cap ran every 96-thread launch as fast or faster (E4B's
+// gate/up 14.2 -> 12.9 us a layer: decode 1.2 % faster); at 64 and 128 threads it slowed the launches
+// that fit one wave either way (E4B's down 6.1 -> 6.8 us, o 2.4 -> 2.9) and sped the one whose
+// second wave it removed (26B-A4B's o, 704 blocks against 5 or 6 an SM: 4.8 -> 2.9 us). So: at 96
+// threads always, else where it takes fewer waves. Decode against no cap: E4B 1.1 %, 26B-A4B 1.3 %
+// faster (bench/RESULTS.md).
+bool use_capped(const void* capped, const void* plain, int threads, unsigned blocks) {
+  if (q5k_bound_ >= 0) return (q5k_bound_ >> (threads / 32 - 2)) & 1;
+  if (threads == 96) return true;
+  auto waves = [&](const void* kernel) {
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess || per_sm < 1)
+      return 0u;
+    const unsigned wave = static_cast<unsigned>(per_sm * sm_count());
+    return (blocks + wave - 1) / wave;
+  };
+  const unsigned c = waves(capped), p = waves(plain);
+  return c && p && c < p;
+}
+
 template <int R>
 int launch_rows(cudaStream_t s, MatvecJobs jobs, Q8Vec x, int K) {
   int rows = 0;
@@ -152,12 +181,16 @@ int launch_rows(cudaStream_t s, MatvecJobs jobs, Q8Vec x, int K) {
   const int warps = matvec_q8_warps(K, jobs.w[0].type);
   return with_q8_type(jobs.w[0].type, [&](auto t) {
     constexpr int T = decltype(t)::value;
-    constexpr decltype(&matvec_q8_kernel<T, R, 64>) kernel[] = {matvec_q8_kernel<T, R, 64>, matvec_q8_kernel<T, R, 96>,
-                                                                matvec_q8_kernel<T, R, 128>};
-    if constexpr (T == MB_Q5_K) {
-      if (warps == 3 && q5k_bound_) return enqueue(matvec_q8_kernel<T, R, 96, 8>, blocks, 96, 0, s, jobs, x, K);
-    }
-    enqueue(kernel[warps - 2], blocks, 32 * warps, 0, s, jobs, x, K);
+    constexpr decltype(&matvec_q8_kernel<T, R, 64>) kernel[2][3] = {
+        {matvec_q8_kernel<T, R, 64>, matvec_q8_kernel<T, R, 96>, matvec_q8_kernel<T, R, 128>},
+        {matvec_q8_kernel<T, R, 64, matvec_q8_min_blocks<T, 64>()>,
+         matvec_q8_kernel<T, R, 96, matvec_q8_min_blocks<T, 96>()>,
+         matvec_q8_kernel<T, R, 128, matvec_q8_min_blocks<T, 128>()>}};
+    const int i = warps - 2;
+    const bool capped = kernel[1][i] != kernel[0][i] &&
+                        use_capped(reinterpret_cast<const void*>(kernel[1][i]),
+                                   reinterpret_cast<const void*>(kernel[0][i]), 32 * warps, blocks);
+    enqueue(kernel[capped][i], blocks, 32 * warps, 0, s, jobs, x, K);
   }) ? 1 : 0;
 }
 

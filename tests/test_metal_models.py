@@ -113,3 +113,18 @@ def test_real_gemma3_270m_few_tokens():
     g_cpu = list(cpu.generate_tokens(ids, max_tokens=3, temperature=0))
     assert list(gpu.generate_tokens(ids, max_tokens=3, temperature=0)) == g_cpu
     assert gpu.stats()["host_waits_per_token"] == 1
+
+
+def test_one_expert_moe_matches_cpu(tmp_path):
+    """A Gemma 4 MoE with one expert, top-1 (the shape of bench/make_synthetic_gguf.py's
+    --one-expert twin): the routing kernels with E = k = 1, prompt (16 + 4 tokens) and decode."""
+    _metal_or_skip()
+    import tiny_gemma as tg
+    path = tg.save_model(tg.build_model("gemma4_moe", seed=5, num_experts=1, top_k_experts=1),
+                         str(tmp_path / "moe-one"))
+    ids = tg.random_prompt(PROMPT, 512, seed=3)
+    cpu = markbase.Model.load(path, backend="cpu", kv_cache="f32", precise=True, prefill_chunk=CHUNK)
+    gpu = markbase.Model.load(path, backend="metal", kv_cache="f32", prefill_chunk=CHUNK)
+    assert rel_err(gpu.logits(ids), cpu.logits(ids)) <= 1e-3
+    assert (list(gpu.generate_tokens(ids, max_tokens=6, temperature=0))
+            == list(cpu.generate_tokens(ids, max_tokens=6, temperature=0)))

@@ -42,6 +42,17 @@ inline int sm_count() {
   return n;
 }
 
+// Blocks of `kernel` one SM holds at once with `threads` threads and `smem` bytes of dynamic shared
+// memory (the occupancy API), or 0 if the query fails. A failure is cleared here, so that the next
+// launch's error check does not report it as its own.
+template <class Kernel>
+inline int blocks_per_sm(Kernel kernel, int threads, size_t smem = 0) {
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) == cudaSuccess) return n;
+  cudaGetLastError();
+  return 0;
+}
+
 // Kernels are enqueued as programmatic dependent launches (common.cuh) when this is on: the
 // backend sets it once, on compute capability 9.0+ devices, unless MARKBASE_CUDA_PDL=0.
 inline bool programmatic_launch = false;

@@ -655,13 +655,8 @@ void raise_smem_limit() {
 // Blocks of BN columns one multiprocessor holds at once (the Q4_0 kernel's; the others' match).
 template <int BN>
 int resident_blocks() {
-  int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, matmul_q8_kernel<MB_Q4_0, true, BN>, Tiles<BN>::kThreads,
-                                                    Tiles<BN>::kSmemBytes) != cudaSuccess || n < 1) {
-    cudaGetLastError();
-    n = 256 / BN;  // the launch bounds' count
-  }
-  return n;
+  const int n = blocks_per_sm(matmul_q8_kernel<MB_Q4_0, true, BN>, Tiles<BN>::kThreads, Tiles<BN>::kSmemBytes);
+  return n > 0 ? n : 256 / BN;  // else the launch bounds' count
 }
 
 template <int BN>

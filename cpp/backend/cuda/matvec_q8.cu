@@ -159,9 +159,8 @@ bool use_capped(const void* capped, const void* plain, int threads, unsigned blo
   if (q5k_bound_ >= 0) return (q5k_bound_ >> (threads / 32 - 2)) & 1;
   if (threads == 96) return true;
   auto waves = [&](const void* kernel) {
-    int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess || per_sm < 1)
-      return 0u;
+    const int per_sm = blocks_per_sm(kernel, threads);
+    if (per_sm < 1) return 0u;
     const unsigned wave = static_cast<unsigned>(per_sm * sm_count());
     return (blocks + wave - 1) / wave;
   };
@@ -187,7 +186,7 @@ int launch_rows(cudaStream_t s, MatvecJobs jobs, Q8Vec x, int K) {
          matvec_q8_kernel<T, R, 96, matvec_q8_min_blocks<T, 96>()>,
          matvec_q8_kernel<T, R, 128, matvec_q8_min_blocks<T, 128>()>}};
     const int i = warps - 2;
-    const bool capped = kernel[1][i] != kernel[0][i] &&
+    const bool capped = matvec_q8_min_blocks<T, 96>() > 0 &&  // the types with a cap
                         use_capped(reinterpret_cast<const void*>(kernel[1][i]),
                                    reinterpret_cast<const void*>(kernel[0][i]), 32 * warps, blocks);
     enqueue(kernel[capped][i], blocks, 32 * warps, 0, s, jobs, x, K);

@@ -1204,10 +1204,7 @@ void experts_q8(cudaStream_t s, int gu_warps, int flight, int forced_rows, bool 
   // on the critical path, its 704 blocks of 4 against 6 an SM 2.8 us (H200, session 14, call 7).
   int rows = forced_rows;
   if (!rows) {
-    int per_sm = 0;
-    const size_t smem = 2 * k * sizeof(float);
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, down[0][flight - 2], kQ8Threads, smem) != cudaSuccess)
-      per_sm = 0;
+    const int per_sm = blocks_per_sm(down[0][flight - 2], kQ8Threads, 2 * k * sizeof(float));
     rows = MB_BLOCKS(H, 2) > static_cast<unsigned>(per_sm * sm_count()) ? 4 : 2;
   }
   if (dense_gate_up) {  // moe_dense_fits (routed) checked the pair of thread counts

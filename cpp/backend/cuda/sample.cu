@@ -257,11 +257,7 @@ int sample(cudaStream_t s, const float* logits, int vocab, const SampleArgs& a, 
            void* scratch, int* result) {
   // One block per SM (all must be resident at once for the grid barriers), at most one per 1024
   // logits and at most 1024 (Scratch's per-block slots).
-  static const int per_sm = [] {
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, sample_kernel, kThreads, 0) != cudaSuccess) n = 0;
-    return n;
-  }();
+  static const int per_sm = blocks_per_sm(sample_kernel, kThreads);
   if (per_sm < 1) return 0;
   const int blocks = std::max(1, std::min({sm_count(), (vocab + kThreads - 1) / kThreads, 1024}));
   Scratch* sc = static_cast<Scratch*>(scratch);

@@ -275,7 +275,6 @@ class Shape:
     ctx: int
     vocab: int
     dense_equivalent: bool = False
-    one_expert: bool = False
     arch: str = "gemma4"
     swa: list = field(default_factory=list)
     ffn_per_layer: list = field(default_factory=list)
@@ -325,7 +324,6 @@ def make_shape(preset: str, layers: int | None = None, vocab: int | None = None,
     if one_expert:
         if not s.n_experts or dense_equivalent:
             raise ValueError("--one-expert needs an MoE preset (26b-a4b) and no --dense-equivalent")
-        s.one_expert = True
         s.n_experts, s.top_k, s.expert_ffn = 1, 1, s.top_k * s.expert_ffn
     return s
 

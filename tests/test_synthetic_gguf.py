@@ -234,6 +234,12 @@ def test_published_shapes():
     assert "blk.15.attn_k.weight" not in t
 
 
+def _tensor_bytes(t, name):
+    """Bytes of tensor `name` in a summary's tensors dict: its rows of its type."""
+    shape, ty = t[name]["shape"], t[name]["type"].lower()
+    return math.prod(shape[:-1]) * msg.row_bytes(ty, shape[-1])
+
+
 @pytest.mark.parametrize("qtype", ["q4_0", "q4_k", "q8_0", "q6_k"])
 def test_dense_equivalent_bytes(qtype):
     moe = msg.write_synthetic_gguf("unused.gguf", preset="26b-a4b", qtype=qtype, dry_run=True)
@@ -245,14 +251,10 @@ def test_dense_equivalent_bytes(qtype):
     assert td["blk.0.ffn_gate.weight"]["shape"] == [7744, 2816]
     assert not any("exps" in k or "gate_inp" in k for k in td)
 
-    def nbytes(t, name):
-        shape, ty = t[name]["shape"], t[name]["type"].lower()
-        return math.prod(shape[:-1]) * msg.row_bytes(ty, shape[-1])
-
-    mlp = sum(nbytes(tm, f"blk.0.ffn_{k}.weight") for k in ("gate", "up", "down"))
-    experts = (nbytes(tm, "blk.0.ffn_gate_up_exps.weight")
-               + nbytes(tm, "blk.0.ffn_down_exps.weight")) // 128
-    dense_mlp = sum(nbytes(td, f"blk.0.ffn_{k}.weight") for k in ("gate", "up", "down"))
+    mlp = sum(_tensor_bytes(tm, f"blk.0.ffn_{k}.weight") for k in ("gate", "up", "down"))
+    experts = (_tensor_bytes(tm, "blk.0.ffn_gate_up_exps.weight")
+               + _tensor_bytes(tm, "blk.0.ffn_down_exps.weight")) // 128
+    dense_mlp = sum(_tensor_bytes(td, f"blk.0.ffn_{k}.weight") for k in ("gate", "up", "down"))
     assert dense_mlp == mlp + 8 * experts == info["target_bytes_per_layer"]
 
 
@@ -269,12 +271,8 @@ def test_one_expert_twin_bytes(qtype):
     assert to["blk.0.ffn_gate_inp.weight"]["shape"] == [1, 2816]
     assert set(tm) == set(to)  # the same tensors: router, norms, dense MLP, experts
 
-    def nbytes(t, name):
-        shape, ty = t[name]["shape"], t[name]["type"].lower()
-        return math.prod(shape[:-1]) * msg.row_bytes(ty, shape[-1])
-
     for name in ("blk.0.ffn_gate_up_exps.weight", "blk.0.ffn_down_exps.weight"):
-        assert nbytes(to, name) == nbytes(tm, name) // 128 * 8
+        assert _tensor_bytes(to, name) == _tensor_bytes(tm, name) // 128 * 8
     with pytest.raises(ValueError, match="one-expert"):
         msg.write_synthetic_gguf("unused.gguf", preset="e4b", one_expert=True, dry_run=True)
 

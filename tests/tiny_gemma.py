@@ -207,6 +207,60 @@ CONFIG_BUILDERS = {"gemma3": gemma3_config, "gemma4": gemma4_config,
 MODEL_CLASSES = {"gemma3": Gemma3ForCausalLM, "gemma4": Gemma4ForCausalLM,
                  "gemma4_moe": Gemma4ForCausalLM}
 
+
+def random_overrides(kind: str, seed: int) -> dict[str, Any]:
+    """Config overrides for a model of `kind` with a random shape (deterministic in seed): hidden
+    sizes that are not multiples of 64 (32..160), 1-8 query heads and any KV grouping, head dims
+    8..64, 1-7 layers in a random sliding/full order (Gemma 3) or an E2B-like order of random
+    period (Gemma 4), windows 2..9, vocabularies that are not powers of two, tied or untied
+    embeddings, with or without the final softcap, two epsilons; Gemma 4: full-layer head dim equal
+    to or twice the sliding one, partial RoPE factors 0.25 / 0.5 / 1, PLE widths 0..16, KV sharing
+    of up to all but two layers, double-wide MLPs, attention_k_eq_v with its own KV-head count;
+    MoE: 2-16 experts, top-1..4, odd expert widths."""
+    rng = random.Random(f"{kind}-{seed}")  # a str seed is hashed by sha512: stable across runs
+    heads = rng.choice([1, 2, 4, 8])
+    hd = rng.choice([8, 16, 32, 64])
+    nl = rng.randint(1, 7)
+    kw: dict[str, Any] = dict(
+        hidden_size=rng.choice([32, 48, 64, 96, 128, 160]), num_attention_heads=heads,
+        num_key_value_heads=rng.choice([d for d in (1, 2, 4, 8) if heads % d == 0]), head_dim=hd,
+        num_hidden_layers=nl, sliding_window=rng.randint(2, 9),
+        vocab_size=rng.choice([300, 512, 777]), tie_word_embeddings=rng.random() < 0.7,
+        rms_norm_eps=rng.choice([1e-6, 1e-5]), final_logit_softcapping=rng.choice([None, 30.0]))
+    if kind == "gemma3":
+        kw["intermediate_size"] = rng.choice([32, 72, 128, 200])
+        kw["query_pre_attn_scalar"] = rng.choice([hd, 24, 256])
+        kw["layer_types"] = [rng.choice(["sliding_attention", "full_attention"]) for _ in range(nl)]
+        kw["rope_parameters"] = {
+            "sliding_attention": {"rope_type": "default", "rope_theta": rng.choice([10_000.0, 500.0])},
+            "full_attention": rng.choice([
+                {"rope_type": "linear", "factor": rng.choice([1.0, 8.0]), "rope_theta": 1_000_000.0},
+                {"rope_type": "default", "rope_theta": 1_000_000.0}]),
+        }
+        return kw
+    if kind not in ("gemma4", "gemma4_moe"):
+        raise ValueError(f"unknown kind {kind!r}; one of {KINDS}")
+    moe = kind == "gemma4_moe"
+    ple = rng.choice([0, 0, 8]) if moe else rng.choice([0, 4, 8, 16])
+    shared = rng.randint(1, nl - 2) if ple and nl >= 3 and rng.random() < 0.6 else 0
+    kw.update(intermediate_size=rng.choice([32, 48, 96, 128]), global_head_dim=rng.choice([hd, 2 * hd]),
+              hidden_size_per_layer_input=ple, num_kv_shared_layers=shared,
+              use_double_wide_mlp=shared > 0 and rng.random() < 0.5,
+              attention_k_eq_v=rng.random() < 0.5)
+    if kw["attention_k_eq_v"]:
+        kw["num_global_key_value_heads"] = rng.choice([d for d in (1, 2, 4) if heads % d == 0])
+    kw["rope_parameters"] = {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+        "full_attention": {"rope_type": "proportional", "rope_theta": 1_000_000.0,
+                           "partial_rotary_factor": rng.choice([0.25, 0.5, 1.0])},
+    }
+    kw["layer_types"] = e2b_layer_types(nl, shared, period=rng.choice([2, 3, 4]))
+    if moe:
+        ne = rng.choice([2, 4, 8, 16])
+        kw.update(enable_moe_block=True, num_experts=ne, top_k_experts=rng.randint(1, min(ne, 4)),
+                  moe_intermediate_size=rng.choice([16, 32, 40]))
+    return kw
+
 # --------------------------------------------------------------------------------------------
 # models
 
@@ -273,10 +327,11 @@ def _published_text_config(tc: dict[str, Any]) -> dict[str, Any]:
     plc = tc.pop("per_layer_config", None) or {}
     types = tc["layer_types"]
     full = [v for k, v in plc.items() if types[int(k)] == "full_attention"]
-    if full:
-        tc["global_head_dim"] = full[0]["head_dim"]
-        if full[0].get("num_key_value_heads") is not None:
-            tc["num_global_key_value_heads"] = full[0]["num_key_value_heads"]
+    # an entry (or a key of it) is left out where it equals the sliding layers' value
+    entry = full[0] if full else {}
+    tc["global_head_dim"] = entry.get("head_dim", tc["head_dim"])
+    if entry.get("num_key_value_heads") is not None:
+        tc["num_global_key_value_heads"] = entry["num_key_value_heads"]
     return tc
 
 
@@ -290,16 +345,19 @@ def save_model(model: torch.nn.Module, out_dir: str, layout: str = "causal",
     elif layout == "conditional":
         if not isinstance(model, Gemma4ForCausalLM):
             raise ValueError("the conditional layout is for Gemma 4 models")
+        tied = model.config.tie_word_embeddings
         cfg = Gemma4Config(text_config=model.config.to_dict(), vision_config=None,
-                           audio_config=None)
+                           audio_config=None, tie_word_embeddings=tied)
         _set_impl(cfg)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             cg = Gemma4ForConditionalGeneration(cfg).to(torch.float32).eval()
         sd = {"model.language_model." + k[len("model."):]: v
               for k, v in model.state_dict().items() if k.startswith("model.")}
+        if not tied:  # an untied output projection of its own
+            sd["lm_head.weight"] = model.state_dict()["lm_head.weight"]
         missing, unexpected = cg.load_state_dict(sd, strict=False)
-        if unexpected or not set(missing) <= {"lm_head.weight"}:
+        if unexpected or not set(missing) <= ({"lm_head.weight"} if tied else set()):
             raise RuntimeError(f"state dict mismatch: missing={missing} unexpected={unexpected}")
         cg.tie_weights()
         cg.save_pretrained(out_dir)

@@ -48,6 +48,15 @@ def test_top_k_1_equals_greedy(model):
     assert g == k1
 
 
+def test_top_k_beyond_the_vocabulary_keeps_every_token(model):
+    """top_k larger than the vocabulary (even past 32 bits) samples as top_k = vocabulary size."""
+    ids = model.tokenize("Once upon a time")
+    kw = dict(max_tokens=8, temperature=1.0, seed=7)
+    want = list(model.generate_tokens(ids, top_k=model.config["vocab_size"], **kw))
+    for k in (model.config["vocab_size"] + 1, 2**40):
+        assert list(model.generate_tokens(ids, top_k=k, **kw)) == want
+
+
 @pytest.mark.parametrize("kw", [
     dict(temperature=-1), dict(top_k=-1), dict(top_p=0.0), dict(top_p=1.5), dict(min_p=-0.1),
     dict(min_p=2), dict(repeat_penalty=0), dict(max_tokens=0), dict(max_tokens=-3),

@@ -205,9 +205,12 @@ class Model:
         kw = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                   repeat_penalty=repeat_penalty, seed=seed)
         self._check_sampling(max_tokens, kw)
+        # A top_k beyond the vocabulary keeps every token, as top_k = vocabulary size does (and
+        # fits the engine's 32-bit argument).
+        kw["top_k"] = min(top_k, self.config["vocab_size"])
         ids = self._prompt_ids(prompt_ids)
         # Validate sampling arguments now, not at the first next().
-        _core.check_sampling(float(temperature), int(top_k), float(top_p), float(min_p),
+        _core.check_sampling(float(temperature), int(kw["top_k"]), float(top_p), float(min_p),
                              float(repeat_penalty), seed)
         return self._token_iter(ids, max_tokens, kw)
 

@@ -136,6 +136,25 @@ def test_random_shape_matches_transformers(tmp_path, markbase_module, kind, seed
         tg.check_greedy(list(m.generate_tokens(ids, max_tokens=8, temperature=0)), want, what)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("name", ["gemma3", "gemma4_cg", "gemma4_moe"])
+def test_half_precision_checkpoint_matches_transformers(tiny_models, tmp_path, markbase_module, name, dtype):
+    """Published checkpoints store bfloat16 weights: the directory re-saved in that type reads as
+    transformers reads it (its float32 upcast of the stored weights)."""
+    tm = tiny_models[name]
+    path = str(tmp_path / name)
+    tg.load_hf(tm.path).to(getattr(torch, dtype)).save_pretrained(path)
+    tg.save_tokenizer(path, tm.vocab_size)
+    with open(os.path.join(path, "model.safetensors"), "rb") as f:  # the stored type is dtype's
+        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+    assert {v["dtype"] for k, v in header.items() if k != "__metadata__"} == {{"bfloat16": "BF16", "float16": "F16"}[dtype]}
+    ref = tg.load_hf(path)
+    assert next(ref.parameters()).dtype == torch.float32
+    ids = tm.prompt(PROMPT_LEN, N_NEW)
+    check_logits(load(markbase_module, path, prefill_chunk=7).logits(ids), tg.hf_logits(ref, ids), REL_TOL,
+                 f"{name} saved as {dtype}")
+
+
 # ---------------------------------------------------------------------------------------------
 # quant="q8_0"
 

@@ -210,7 +210,7 @@ MODEL_CLASSES = {"gemma3": Gemma3ForCausalLM, "gemma4": Gemma4ForCausalLM,
 
 def random_overrides(kind: str, seed: int) -> dict[str, Any]:
     """Config overrides for a model of `kind` with a random shape (deterministic in seed): hidden
-    sizes that are not multiples of 64 (32..160), 1-8 query heads and any KV grouping, head dims
+    sizes 32..160 (48, 96 and 160 not multiples of 64), 1-8 query heads and any KV grouping, head dims
     8..64, 1-7 layers in a random sliding/full order (Gemma 3) or an E2B-like order of random
     period (Gemma 4), windows 2..9, vocabularies that are not powers of two, tied or untied
     embeddings, with or without the final softcap, two epsilons; Gemma 4: full-layer head dim equal

@@ -179,6 +179,16 @@ def test_cli_run_default_model():
     assert "tok/s" in r.stderr
 
 
+@pytest.mark.parametrize("args", [["-n", "-1"], ["--temp", "-2"], ["--top-p", "0"], ["--max-context", "1"]])
+def test_cli_run_bad_arguments(args):
+    """A clear one-line error and exit status 1, before anything is printed on stdout."""
+    r = subprocess.run([sys.executable, "-m", "markbase.cli", "run", "The capital of France is", *args],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert r.stdout == ""
+    assert r.stderr.startswith("markbase: error: ") and "Traceback" not in r.stderr, r.stderr
+
+
 def test_backend_errors():
     with pytest.raises(markbase.BackendError):
         markbase.Model.load(None, backend="cuda")

@@ -34,9 +34,12 @@ def cmd_run(args):
         raise SystemExit("usage: markbase run [MODEL] PROMPT")
     m = _load(args)
     t0 = time.perf_counter()
+    # generate() checks its arguments and the prompt's length before it returns: an error comes
+    # before the prompt is echoed
+    pieces = m.generate(prompt, max_tokens=args.n, temperature=args.temp, top_k=args.top_k,
+                        top_p=args.top_p, seed=args.seed, stream=True)
     sys.stdout.write(prompt)
-    for piece in m.generate(prompt, max_tokens=args.n, temperature=args.temp, top_k=args.top_k,
-                            top_p=args.top_p, seed=args.seed, stream=True):
+    for piece in pieces:
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")

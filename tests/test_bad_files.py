@@ -278,6 +278,46 @@ def test_out_of_range_gguf_config_values(tmp_path):
         assert key in r[1] and str(p) in r[1], (key, value, r)
 
 
+def test_metadata_that_leaves_tensors_unread(tmp_path, tiny_models):
+    """Metadata that describes less than the file holds would leave tensors unread and run another
+    model without a word: a layer count below the file's layers (GGUF block_count, config.json
+    num_hidden_layers), and no per-layer input width in a file with per-layer embeddings. Each is a
+    FormatError naming the file and the first such tensor (llama.cpp refuses such GGUFs too)."""
+    import os
+    import shutil
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+    import make_synthetic_gguf as msg
+    paths, want = [], []
+    # (a Gemma 4 GGUF's smaller block_count is caught earlier: its per-layer arrays are longer)
+    for preset, arch, key in [("gemma3-270m", "gemma3", "block_count"),
+                              ("e2b", "gemma4", "embedding_length_per_layer_input")]:
+        src = tmp_path / f"{preset}.gguf"
+        if not src.exists():
+            msg.write_synthetic_gguf(str(src), preset=preset, layers=4, vocab=1024, qtype="q8_0", narrow=True)
+        p = tmp_path / f"{preset}-{key}.gguf"
+        p.write_bytes(_patch_gguf_value(src.read_bytes(), f"{arch}.{key}", "<I",
+                                        2 if key == "block_count" else 0))
+        paths.append(p)
+        want.append("'blk.2." if key == "block_count" else "per-layer")
+    for name, key, value, what in [("gemma3", "num_hidden_layers", 4, "'blk.4."),
+                                   ("gemma4", "text_config.num_hidden_layers", 5, "'blk.5."),
+                                   ("gemma4", "text_config.hidden_size_per_layer_input", 0, "per-layer")]:
+        d = tmp_path / f"hf-{name}-{key}"
+        shutil.copytree(tiny_models[name].path if name == "gemma3" else tiny_models["gemma4_cg"].path, d)
+        cfg = json.loads((d / "config.json").read_text())
+        _set(cfg, key, value)
+        if key.endswith("num_hidden_layers"):  # the layer list and the KV sharing follow the count
+            tc = cfg.get("text_config", cfg)
+            tc["layer_types"] = tc["layer_types"][:value]
+            if tc.get("num_kv_shared_layers"):
+                tc["num_kv_shared_layers"] = 1
+        (d / "config.json").write_text(json.dumps(cfg))
+        paths.append(d)
+        want.append(what)
+    for p, w, r in zip(paths, want, load_all(paths)):
+        assert r[0] == "FormatError" and str(p) in r[1] and w in r[1], (p, r)
+
+
 # --- A Hugging Face directory whose tokenizer.json is corrupt: a FormatError naming the file at
 # load (the tokenizers library's own message after it), never a crash; a token id the tokenizer
 # knows but the model's vocabulary does not have: a ValueError naming the id when it is used.

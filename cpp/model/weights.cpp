@@ -82,6 +82,30 @@ bool is_matrix(const std::string& gguf, const TensorView& t) {
   return gguf.find("scale") == std::string::npos;
 }
 
+// Throws where a decoder tensor contradicts the metadata in a way that would otherwise go unseen:
+// the tensor would just not be read, and the model would run without it. A layer past the layer
+// count (block_count / num_hidden_layers smaller than the file's layers), and per-layer-embedding
+// tensors where the metadata gives no per-layer width. llama.cpp refuses such files too (its
+// loader counts the tensors it did not use).
+void check_tensor_fits_config(const std::string& path, const std::string& name, const ModelConfig& c) {
+  if (name.rfind("blk.", 0) == 0) {
+    const size_t dot = name.find('.', 4);
+    const std::string idx = name.substr(4, dot == std::string::npos ? std::string::npos : dot - 4);
+    const bool digits = !idx.empty() && idx.size() <= 9 && idx.find_first_not_of("0123456789") == std::string::npos;
+    if (digits && std::stoll(idx) >= c.n_layers)
+      throw FormatError(path + ": tensor '" + name + "' is of layer " + idx + ", but the metadata gives " +
+                        std::to_string(c.n_layers) + " layers");
+  }
+  if (c.ple_dim == 0) {
+    const bool ple = name.rfind("per_layer_", 0) == 0 ||
+                     (name.rfind("blk.", 0) == 0 &&
+                      (name.find(".inp_gate.") != std::string::npos || name.find(".proj.") != std::string::npos));
+    if (ple)
+      throw FormatError(path + ": tensor '" + name + "' holds per-layer embeddings, but the metadata gives "
+                        "no per-layer input width");
+  }
+}
+
 }  // namespace
 
 const TensorView& WeightSet::own(TensorView t, std::vector<uint8_t> data) {
@@ -101,13 +125,17 @@ WeightSet::WeightSet(const ModelFile& f, const ModelConfig& c, const std::string
     if (!quant.empty())
       throw std::invalid_argument("quant= applies to Hugging Face float weights; this GGUF file is "
                                   "already stored in its own types");
-    for (const TensorView& t : f.tensors()) tensors_.emplace(t.name, t);
+    for (const TensorView& t : f.tensors()) {
+      check_tensor_fits_config(path_, t.name, c);
+      tensors_.emplace(t.name, t);
+    }
     return;
   }
   const TensorType qt = quant == "q4_0" ? TensorType::Q4_0 : TensorType::Q8_0;
   for (const TensorView& src : f.tensors()) {
     std::string name = gguf_name(src.name);
     if (name.empty()) continue;
+    check_tensor_fits_config(path_, name, c);
     TensorView t = src;
     t.name = name;
     const bool plus_one = !c.is_gemma4() && is_norm(name);  // Gemma 3 checkpoints store w, use 1+w

@@ -20,6 +20,7 @@ if TESTS_DIR not in sys.path:  # so that `import tiny_gemma` works under any --i
 # the published multimodal layout (Gemma4ForConditionalGeneration, model.language_model.*).
 TINY_MODELS = {
     "gemma3": ("gemma3", "causal"),
+    "gemma3_cg": ("gemma3", "conditional"),
     "gemma4": ("gemma4", "causal"),
     "gemma4_cg": ("gemma4", "conditional"),
     "gemma4_moe": ("gemma4_moe", "causal"),

@@ -3,7 +3,8 @@ Gemma 4 models built with transformers' own classes (tests/tiny_gemma.py, fixtur
 conftest.py).
 
 Checked, for every model directory (Gemma 3; Gemma 4 dense with PLE + KV sharing + double-wide
-MLP; Gemma 4 MoE with k_eq_v; both Gemma 4 models also in the published multimodal layout):
+MLP; Gemma 4 MoE with k_eq_v; all three also in the published multimodal layout, which for Gemma 3
+is Gemma3ForConditionalGeneration with its minimal text_config):
   - Model.logits() equals transformers' logits to a relative error of 1e-4 (all rows together),
     for prompts longer than one prefill chunk, whatever the chunk size (chunk ends not aligned
     with the sliding window);
@@ -26,7 +27,7 @@ import torch
 
 import tiny_gemma as tg
 
-ALL = ["gemma3", "gemma4", "gemma4_cg", "gemma4_moe", "gemma4_moe_cg"]
+ALL = ["gemma3", "gemma3_cg", "gemma4", "gemma4_cg", "gemma4_moe", "gemma4_moe_cg"]
 PROMPT_LEN = 30     # > every prefill chunk below except 64; not a multiple of 7
 SHORT_LEN = 3       # shorter than every sliding window
 N_NEW = 24          # >= 4x every sliding window (4..6)
@@ -298,6 +299,43 @@ def test_oracle_cache_matches_no_cache(tiny_models, name):
     for k in (0, tm.window, N_NEW - 1):
         full = tg.hf_logits(tm.hf, ids + toks[:k])[-1]
         assert tg.rel_err(rows[k], full) <= 1e-5, (name, k)
+
+
+def test_oracle_gemma3_conditional_layout(tiny_models):
+    """The Gemma 3 published-layout directory holds the same model as its causal sibling, under
+    language_model.model. beside a vision tower, with a text_config of non-default keys only."""
+    tm, sib = tiny_models["gemma3_cg"], tiny_models["gemma3"]
+    with open(os.path.join(tm.path, "config.json")) as f:
+        cfg = json.load(f)
+    assert cfg["architectures"] == ["Gemma3ForConditionalGeneration"]
+    assert "rope_scaling" in cfg["text_config"] and "rope_parameters" not in cfg["text_config"]
+    from safetensors import safe_open
+
+    with safe_open(os.path.join(tm.path, "model.safetensors"), "pt") as f:
+        names = list(f.keys())
+    assert any(n.startswith("language_model.model.layers.") for n in names), names[:5]
+    assert any(n.startswith("vision_tower.") for n in names), names[:5]
+    ids = tm.prompt(PROMPT_LEN, N_NEW)
+    assert tg.rel_err(tm.logits(ids), sib.logits(ids)) <= 1e-6
+
+
+def test_gemma3_published_config_defaults(tmp_path, markbase_module):
+    """A Gemma 3 published checkpoint's text_config leaves out every key at transformers' default
+    (gemma-3-4b-it's names 6 keys): the heads, KV heads, head dim, query scale, epsilon, context
+    and layer pattern come from Gemma3TextConfig's defaults, as transformers reads them."""
+    model = tg.build_model("gemma3", seed=7, num_attention_heads=8, num_key_value_heads=4, head_dim=256,
+                           query_pre_attn_scalar=256, max_position_embeddings=131072,
+                           layer_types=["sliding_attention"] * 5 + ["full_attention"])
+    path = tg.save_model(model, str(tmp_path / "g3"), layout="conditional")
+    with open(os.path.join(path, "config.json")) as f:
+        tc = json.load(f)["text_config"]
+    assert set(tc) == {"hidden_size", "intermediate_size", "model_type", "num_hidden_layers", "rope_scaling",
+                       "sliding_window", "vocab_size"}, tc
+    ref = tg.load_hf(path)
+    ids = tg.random_prompt(PROMPT_LEN, 512, seed=4)
+    want = tg.hf_logits(ref, ids)
+    assert tg.rel_err(want, tg.hf_logits(model, ids)) <= 1e-6  # transformers reads the same model back
+    check_logits(load(markbase_module, path, prefill_chunk=7).logits(ids), want, REL_TOL, "gemma3 default keys")
 
 
 @pytest.mark.parametrize("name", ["gemma4_cg", "gemma4_moe_cg"])

@@ -17,11 +17,13 @@ Kinds (``KINDS``), defaults (every size is a config override, see build_model):
                experts, top 2) beside the dense MLP, attention_k_eq_v, num_global_key_value_heads
                1 != num_key_value_heads 2, no PLE, no KV sharing.
 All: vocab 512, hidden 64, 4 query heads, 2 KV heads, max_position_embeddings 256, tied embeddings.
-Every kind also has a "published multimodal" layout for Gemma 4 (``layout="conditional"``): the same
-weights saved as Gemma4ForConditionalGeneration (tensors under ``model.language_model.``,
-config.json with ``text_config``; that config is written the way published checkpoints write it,
-with ``global_head_dim`` / ``num_global_key_value_heads`` instead of transformers' re-serialised
-``per_layer_config``).
+Every kind also has a "published multimodal" layout (``layout="conditional"``): the same weights
+saved as Gemma4ForConditionalGeneration (tensors under ``model.language_model.``, config.json with
+``text_config``; that config is written the way published checkpoints write it, with
+``global_head_dim`` / ``num_global_key_value_heads`` instead of transformers' re-serialised
+``per_layer_config``), or as Gemma3ForConditionalGeneration (tensors under ``language_model.model.``
+beside a tiny vision tower, and the minimal text_config of the published gemma-3-4b/12b/27b
+checkpoints: only the keys that differ from transformers' defaults).
 
 Every 1-D norm weight, ``layer_scalar``, ``router.scale`` and ``router.per_expert_scale`` is
 perturbed away from its initial value so that every scale matters (see perturb_; Gemma 4 q/k norm
@@ -48,7 +50,7 @@ Command line::
     python tests/tiny_gemma.py OUT_DIR [--kinds gemma3,gemma4,gemma4_moe] [--seed S]
                                        [--set key=value ...] [--check]
 
-writes OUT_DIR/<kind> and, for the Gemma 4 kinds, OUT_DIR/<kind>_cg. ``--set`` overrides config
+writes OUT_DIR/<kind> and OUT_DIR/<kind>_cg. ``--set`` overrides config
 fields of every kind built (values parsed as JSON, e.g. ``--set sliding_window=7``).
 ``--check`` reloads each directory and prints cache-vs-no-cache and reload differences.
 """
@@ -68,7 +70,9 @@ from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, process
 from tokenizers.models import BPE
 from tokenizers.trainers import BpeTrainer
 from transformers import (
+    Gemma3Config,
     Gemma3ForCausalLM,
+    Gemma3ForConditionalGeneration,
     Gemma3TextConfig,
     Gemma4Config,
     Gemma4ForCausalLM,
@@ -335,13 +339,64 @@ def _published_text_config(tc: dict[str, Any]) -> dict[str, Any]:
     return tc
 
 
+def _gemma3_published_text_config(tc: dict[str, Any]) -> dict[str, Any]:
+    """A Gemma 3 text_config written as the published multimodal checkpoints (gemma-3-4b/12b/27b,
+    saved by transformers 4.50) have it: only the keys that differ from Gemma3TextConfig's
+    defaults, layer_types left to the default pattern (when it is that), RoPE as the flat
+    rope_scaling of a linear factor with the default bases."""
+    defaults = Gemma3TextConfig().to_dict()
+    out = {k: v for k, v in tc.items()
+           if k == "model_type" or k in ("hidden_size", "intermediate_size", "num_hidden_layers", "vocab_size",
+                    "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings",
+                    "rms_norm_eps", "query_pre_attn_scalar", "sliding_window", "final_logit_softcapping")
+           and v != defaults.get(k)}
+    n = tc["num_hidden_layers"]
+    if tc["layer_types"] != ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(n)]:
+        out["layer_types"] = tc["layer_types"]
+    rp = tc["rope_parameters"]
+    if (rp["sliding_attention"].get("rope_theta") != 10_000.0 or rp["full_attention"].get("rope_theta") != 1_000_000.0
+            or rp["full_attention"]["rope_type"] not in ("default", "linear")):
+        raise ValueError("the published Gemma 3 layout has the default RoPE bases and linear scaling only")
+    if rp["full_attention"]["rope_type"] == "linear":
+        out["rope_scaling"] = {"factor": rp["full_attention"]["factor"], "rope_type": "linear"}
+    return out
+
+
 def save_model(model: torch.nn.Module, out_dir: str, layout: str = "causal",
                tokenizer: bool = True) -> str:
-    """Save as a Hugging Face directory. layout="conditional" (Gemma 4 only) writes the published
-    multimodal layout: Gemma4ForConditionalGeneration, tensors under model.language_model."""
+    """Save as a Hugging Face directory. layout="conditional" writes the published multimodal
+    layout: Gemma4ForConditionalGeneration with tensors under model.language_model, or
+    Gemma3ForConditionalGeneration with tensors under language_model.model and the minimal
+    text_config of the published Gemma 3 checkpoints (a tiny vision tower beside, unused)."""
     os.makedirs(out_dir, exist_ok=True)
     if layout == "causal":
         model.save_pretrained(out_dir)
+    elif layout == "conditional" and isinstance(model, Gemma3ForCausalLM):
+        tc = model.config.to_dict()
+        vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                      image_size=28, patch_size=14)
+        cfg = Gemma3Config(text_config=tc, vision_config=vision, mm_tokens_per_image=4,
+                           tie_word_embeddings=model.config.tie_word_embeddings)
+        _set_impl(cfg)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            cg = Gemma3ForConditionalGeneration(cfg).to(torch.float32).eval()
+        sd = {"model.language_model." + k[len("model."):]: v
+              for k, v in model.state_dict().items() if k.startswith("model.")}
+        if not model.config.tie_word_embeddings:
+            sd["lm_head.weight"] = model.state_dict()["lm_head.weight"]
+        missing, unexpected = cg.load_state_dict(sd, strict=False)
+        if unexpected or any(not k.startswith("model.vision_tower.") and not k.startswith("model.multi_modal")
+                             and k != "lm_head.weight" for k in missing):
+            raise RuntimeError(f"state dict mismatch: missing={missing} unexpected={unexpected}")
+        cg.tie_weights()
+        cg.save_pretrained(out_dir)
+        path = os.path.join(out_dir, "config.json")
+        with open(path) as f:
+            c = json.load(f)
+        c["text_config"] = _gemma3_published_text_config(c["text_config"])
+        with open(path, "w") as f:
+            json.dump(c, f, indent=2, sort_keys=True)
     elif layout == "conditional":
         if not isinstance(model, Gemma4ForCausalLM):
             raise ValueError("the conditional layout is for Gemma 4 models")
@@ -379,6 +434,7 @@ def load_hf(path: str) -> torch.nn.Module:
     with open(os.path.join(path, "config.json")) as f:
         arch = json.load(f)["architectures"][0]
     cls = {"Gemma3ForCausalLM": Gemma3ForCausalLM, "Gemma4ForCausalLM": Gemma4ForCausalLM,
+           "Gemma3ForConditionalGeneration": Gemma3ForConditionalGeneration,
            "Gemma4ForConditionalGeneration": Gemma4ForConditionalGeneration}[arch]
     m = cls.from_pretrained(path, attn_implementation=ATTN_IMPL, experts_implementation="eager",
                             dtype=torch.float32)
@@ -672,15 +728,14 @@ def sentencepiece_model(tokenizer_json_path: str) -> bytes:
 
 def build_all(out_dir: str, kinds: Sequence[str] = KINDS, seed: int | None = None,
               **overrides) -> dict[str, str]:
-    """Build and save every kind (Gemma 4 kinds also as '<kind>_cg'). Returns name -> path."""
+    """Build and save every kind, also in the published multimodal layout as '<kind>_cg'.
+    Returns name -> path."""
     paths = {}
     for kind in kinds:
         s = None if seed is None else seed + KINDS.index(kind)
         model = build_model(kind, s, **overrides)
         paths[kind] = save_model(model, os.path.join(out_dir, kind))
-        if kind.startswith("gemma4"):
-            paths[kind + "_cg"] = save_model(model, os.path.join(out_dir, kind + "_cg"),
-                                             layout="conditional")
+        paths[kind + "_cg"] = save_model(model, os.path.join(out_dir, kind + "_cg"), layout="conditional")
     return paths
 
 

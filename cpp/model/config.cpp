@@ -257,13 +257,26 @@ ModelConfig from_gguf(const ModelFile& f) {
 
 // Hugging Face config.json (Gemma3ForCausalLM, Gemma4ForCausalLM, Gemma4ForConditionalGeneration
 // with a nested text_config).
+// transformers' Gemma3TextConfig defaults of the keys read below, under the file's own keys. The
+// published multimodal Gemma 3 checkpoints (gemma-3-4b/12b/27b, Gemma3ForConditionalGeneration)
+// write only the text_config keys that differ from these (transformers saves configs that way).
+Value with_gemma3_defaults(const Value& cfg) {
+  ValueObject o = {{"vocab_size", int64_t{262208}},      {"hidden_size", int64_t{2304}},
+                   {"intermediate_size", int64_t{9216}}, {"num_hidden_layers", int64_t{26}},
+                   {"num_attention_heads", int64_t{8}},  {"num_key_value_heads", int64_t{4}},
+                   {"head_dim", int64_t{256}},           {"max_position_embeddings", int64_t{131072}},
+                   {"rms_norm_eps", 1e-6},               {"query_pre_attn_scalar", int64_t{256}},
+                   {"sliding_window", int64_t{4096}}};
+  for (const auto& [key, v] : cfg.as_object()) o[key] = v;
+  return Value(std::move(o));
+}
+
 ModelConfig from_hf(const ModelFile& f) {
   const Value& top = f.config();
   const Value* tc = top.find("text_config");
-  const Value& cfg = (tc && tc->is_object()) ? *tc : top;
-  Keys k(cfg, f.path() + "/config.json", "");
+  const Value& file_cfg = (tc && tc->is_object()) ? *tc : top;
   std::string mt;
-  if (const Value* v = cfg.find("model_type"); v && v->is_string()) mt = v->as_string();
+  if (const Value* v = file_cfg.find("model_type"); v && v->is_string()) mt = v->as_string();
   if (mt.empty())
     if (const Value* v = top.find("model_type"); v && v->is_string()) mt = v->as_string();
   ModelConfig c;
@@ -272,6 +285,9 @@ ModelConfig from_hf(const ModelFile& f) {
   else throw FormatError(f.path() + "/config.json: model_type '" + mt +
                          "' is not supported (Gemma 3 and Gemma 4 text models are)");
   const bool g4 = c.is_gemma4();
+  const Value merged = !g4 && file_cfg.is_object() ? with_gemma3_defaults(file_cfg) : Value();
+  const Value& cfg = merged.is_object() ? merged : file_cfg;
+  Keys k(cfg, f.path() + "/config.json", "");
   c.vocab_size = k.positive("vocab_size", 1 << 22);
   c.hidden_size = k.positive("hidden_size");
   c.n_layers = k.positive("num_hidden_layers", 4096);

@@ -53,11 +53,14 @@ const std::map<std::string, std::string>& hf_global_names() {
   return m;
 }
 
-// The GGUF name of a Hugging Face tensor, or "" for tensors the text decoder does not use.
+// The GGUF name of a Hugging Face tensor, or "" for tensors the text decoder does not use. The
+// decoder's tensors are under "model." (Gemma3ForCausalLM, Gemma4ForCausalLM),
+// "model.language_model." (Gemma4ForConditionalGeneration) or "language_model.model." (the
+// published Gemma3ForConditionalGeneration checkpoints).
 std::string gguf_name(const std::string& hf) {
-  if (hf == "lm_head.weight") return "output.weight";
+  if (hf == "lm_head.weight" || hf == "language_model.lm_head.weight") return "output.weight";
   std::string s;
-  for (const char* p : {"model.language_model.", "model."})
+  for (const char* p : {"model.language_model.", "language_model.model.", "model."})
     if (hf.rfind(p, 0) == 0) { s = hf.substr(std::strlen(p)); break; }
   if (s.empty()) return "";
   if (s.rfind("layers.", 0) == 0) {

@@ -338,6 +338,35 @@ def test_gemma3_published_config_defaults(tmp_path, markbase_module):
     check_logits(load(markbase_module, path, prefill_chunk=7).logits(ids), want, REL_TOL, "gemma3 default keys")
 
 
+@pytest.mark.parametrize("kind", ["gemma4", "gemma4_moe"])
+def test_gemma4_config_without_default_keys(tmp_path, markbase_module, kind):
+    """Gemma 4's text_config with every key at Gemma4TextConfig's default left out (the default
+    RoPE among them: proportional, a quarter of the full layers' pairs) reads as transformers
+    reads it. global_head_dim stays: transformers' default for it (512) is not what it reads a
+    re-saved equal head dim as (tiny_gemma._published_text_config)."""
+    from transformers import Gemma4TextConfig
+
+    model = tg.build_model(kind, seed=8, num_attention_heads=8, num_key_value_heads=4, head_dim=256,
+                           global_head_dim=512, max_position_embeddings=131072,
+                           rope_parameters=Gemma4TextConfig().rope_parameters)
+    path = tg.save_model(model, str(tmp_path / kind), layout="conditional")
+    with open(os.path.join(path, "config.json")) as f:
+        cfg = json.load(f)
+    defaults = Gemma4TextConfig().to_dict()
+    keep = {"model_type", "global_head_dim", "layer_types"}
+    tc = {k: v for k, v in cfg["text_config"].items() if k in keep or v != defaults.get(k)}
+    for k in ("num_attention_heads", "num_key_value_heads", "head_dim", "rope_parameters",
+              "max_position_embeddings", "rms_norm_eps"):
+        assert k not in tc, (k, tc)
+    cfg["text_config"] = tc
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    ids = tg.random_prompt(PROMPT_LEN, 512, seed=4)
+    want = tg.hf_logits(tg.load_hf(path), ids)
+    assert tg.rel_err(want, tg.hf_logits(model, ids)) <= 1e-6  # transformers reads the same model back
+    check_logits(load(markbase_module, path, prefill_chunk=7).logits(ids), want, REL_TOL, f"{kind} default keys")
+
+
 @pytest.mark.parametrize("name", ["gemma4_cg", "gemma4_moe_cg"])
 def test_oracle_conditional_layout(tiny_models, name):
     """The published-layout directory holds the same model as its causal sibling."""

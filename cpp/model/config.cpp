@@ -257,16 +257,34 @@ ModelConfig from_gguf(const ModelFile& f) {
 
 // Hugging Face config.json (Gemma3ForCausalLM, Gemma4ForCausalLM, Gemma4ForConditionalGeneration
 // with a nested text_config).
-// transformers' Gemma3TextConfig defaults of the keys read below, under the file's own keys. The
-// published multimodal Gemma 3 checkpoints (gemma-3-4b/12b/27b, Gemma3ForConditionalGeneration)
-// write only the text_config keys that differ from these (transformers saves configs that way).
-Value with_gemma3_defaults(const Value& cfg) {
-  ValueObject o = {{"vocab_size", int64_t{262208}},      {"hidden_size", int64_t{2304}},
-                   {"intermediate_size", int64_t{9216}}, {"num_hidden_layers", int64_t{26}},
+// transformers' defaults (Gemma3TextConfig, Gemma4TextConfig) of the keys read below, under the
+// file's own keys: a key left out means what transformers reads it as. The published multimodal
+// Gemma 3 checkpoints (gemma-3-4b/12b/27b, Gemma3ForConditionalGeneration) write only the
+// text_config keys that differ from these. Gemma 4's default RoPE (proportional, a quarter of the
+// full layers' pairs rotated) applies only where the file names no RoPE at all. Not defaulted:
+// Gemma 4's full-layer head dim (transformers reads an absent one as 512, yet leaves it out when
+// it saves a model whose full layers have the sliding layers' head dim: read as that here).
+Value with_hf_defaults(const Value& cfg, bool gemma4) {
+  ValueObject o = {{"hidden_size", int64_t{2304}},       {"intermediate_size", int64_t{9216}},
                    {"num_attention_heads", int64_t{8}},  {"num_key_value_heads", int64_t{4}},
                    {"head_dim", int64_t{256}},           {"max_position_embeddings", int64_t{131072}},
-                   {"rms_norm_eps", 1e-6},               {"query_pre_attn_scalar", int64_t{256}},
-                   {"sliding_window", int64_t{4096}}};
+                   {"rms_norm_eps", 1e-6}};
+  if (gemma4) {
+    o["vocab_size"] = int64_t{262144};
+    o["num_hidden_layers"] = int64_t{30};
+    o["sliding_window"] = int64_t{512};
+    o["hidden_size_per_layer_input"] = int64_t{256};
+    if (!cfg.find("rope_parameters") && !cfg.find("rope_theta") && !cfg.find("rope_scaling"))
+      o["rope_parameters"] = ValueObject{
+          {"sliding_attention", ValueObject{{"rope_type", std::string("default")}, {"rope_theta", 10000.0}}},
+          {"full_attention", ValueObject{{"rope_type", std::string("proportional")},
+                                         {"partial_rotary_factor", 0.25}, {"rope_theta", 1000000.0}}}};
+  } else {
+    o["vocab_size"] = int64_t{262208};
+    o["num_hidden_layers"] = int64_t{26};
+    o["query_pre_attn_scalar"] = int64_t{256};
+    o["sliding_window"] = int64_t{4096};
+  }
   for (const auto& [key, v] : cfg.as_object()) o[key] = v;
   return Value(std::move(o));
 }
@@ -285,7 +303,7 @@ ModelConfig from_hf(const ModelFile& f) {
   else throw FormatError(f.path() + "/config.json: model_type '" + mt +
                          "' is not supported (Gemma 3 and Gemma 4 text models are)");
   const bool g4 = c.is_gemma4();
-  const Value merged = !g4 && file_cfg.is_object() ? with_gemma3_defaults(file_cfg) : Value();
+  const Value merged = file_cfg.is_object() ? with_hf_defaults(file_cfg, g4) : Value();
   const Value& cfg = merged.is_object() ? merged : file_cfg;
   Keys k(cfg, f.path() + "/config.json", "");
   c.vocab_size = k.positive("vocab_size", 1 << 22);

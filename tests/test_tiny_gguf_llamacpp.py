@@ -333,3 +333,63 @@ def test_tokenize_matches_llama_cpp(gguf_models, llama_cpp, markbase_module, nam
         assert list(m.tokenize(text, add_bos=True, special=False)) == want, text
         if "<" not in text:  # tokenizers' encode always parses special tokens
             assert hf.encode(text).ids == want, text
+
+
+# ---------------------------------------------------------------------------------------------
+# a GGUF split into several files (the converter's --split-max-tensors, as gguf-split writes them)
+
+
+@pytest.fixture(scope="module")
+def split_gguf(gguf_models, llama_cpp_converter, tmp_path_factory):
+    """gemma4 converted again, split into files of at most 40 tensors: (first file, all files)."""
+    root = tmp_path_factory.mktemp("split_gguf")
+    conv = os.path.join(llama_cpp_converter, "convert_hf_to_gguf.py")
+    env = {k: v for k, v in os.environ.items() if k != "NO_LOCAL_GGUF"}
+    p = subprocess.run([sys.executable, conv, gguf_models["gemma4"].hf_dir, "--outtype", "f32",
+                        "--outfile", str(root / "g4.gguf"), "--split-max-tensors", "40"],
+                       capture_output=True, text=True, timeout=600, env=env)
+    if p.returncode != 0:
+        pytest.fail(f"convert_hf_to_gguf.py --split-max-tensors failed:\n{(p.stdout + p.stderr)[-4000:]}")
+    files = sorted(str(f) for f in root.glob("g4-*-of-*.gguf"))
+    assert len(files) >= 3 and files[0].endswith("-00001-of-%05d.gguf" % len(files)), files
+    return files[0], files
+
+
+def test_split_gguf_reads_as_the_whole_file(gguf_models, split_gguf, markbase_module):
+    """The first file of a split GGUF opens the others: the same tensors and the same logits as the
+    unsplit conversion."""
+    first, files = split_gguf
+    g = gguf_models["gemma4"]
+    whole, split = markbase_module.open(g.gguf), markbase_module.open(first)
+    assert set(split.tensors) == set(whole.tensors)
+    for name in whole.tensors:
+        np.testing.assert_array_equal(np.asarray(split.read(name)), np.asarray(whole.read(name)), err_msg=name)
+    want = np.asarray(_load_mb(markbase_module, g.gguf).logits(g.ids))
+    np.testing.assert_array_equal(np.asarray(_load_mb(markbase_module, first).logits(g.ids)), want)
+
+
+def test_split_gguf_in_llama_cpp(gguf_models, split_gguf, llama_cpp):
+    """The split files are llama.cpp's own: it loads them from the first and computes what it
+    computes on the unsplit file."""
+    g = gguf_models["gemma4"]
+    want, _ = _llama_run(_llama(llama_cpp, g.gguf), g.ids, 0)
+    got, _ = _llama_run(_llama(llama_cpp, split_gguf[0]), g.ids, 0)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_split_gguf_errors(split_gguf, markbase_module, tmp_path):
+    """Another split than the first, a missing split, and a first split under another name: each
+    a clear error naming the file."""
+    first, files = split_gguf
+    with pytest.raises(markbase_module.FormatError, match="split 2 of .*open the first"):
+        markbase_module.Model.load(files[1], backend="cpu")
+    d = tmp_path / "missing"
+    d.mkdir()
+    for f in files[:1] + files[2:]:
+        shutil.copy(f, d)
+    with pytest.raises(FileNotFoundError, match="split 2 of .* is missing"):
+        markbase_module.Model.load(str(d / os.path.basename(first)), backend="cpu")
+    renamed = tmp_path / "renamed.gguf"
+    shutil.copy(first, renamed)
+    with pytest.raises(markbase_module.FormatError, match="cannot be found"):
+        markbase_module.open(str(renamed))

@@ -2,6 +2,7 @@
 // (config.json + safetensors + tokenizer.json). This is what markbase.open() returns and what
 // model loading reads from.
 #pragma once
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,7 +16,10 @@ namespace markbase {
 
 class ModelFile {
  public:
-  // A directory opens as a Hugging Face model, a file as GGUF. Throws FileNotFound/FormatError.
+  // A directory opens as a Hugging Face model, a file as GGUF. The first file of a GGUF split
+  // into several by llama.cpp's gguf-split or convert_hf_to_gguf.py (<prefix>-00001-of-0000N.gguf,
+  // split.count > 1) opens with the others beside it: the first file's metadata, every file's
+  // tensors. Throws FileNotFound/FormatError.
   static std::shared_ptr<ModelFile> open(const std::string& path);
 
   bool is_gguf() const { return gguf_ != nullptr; }
@@ -36,6 +40,11 @@ class ModelFile {
  private:
   std::string path_;
   std::unique_ptr<GGUFFile> gguf_;
+  // A split GGUF: the other files (gguf_ is the first), and the tensors of all of them.
+  std::vector<std::unique_ptr<GGUFFile>> splits_;
+  std::vector<TensorView> split_tensors_;
+  std::map<std::string, size_t> split_index_;
+  void open_splits();
   std::unique_ptr<SafetensorsSet> st_;
   Value config_;
   std::vector<std::pair<std::string, Value>> metadata_;  // Hugging Face: config.json's keys

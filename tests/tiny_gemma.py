@@ -362,6 +362,34 @@ def _gemma3_published_text_config(tc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _save_conditional(model, cfg, cls, out_dir: str, text_config_as_published, unused=()) -> None:
+    """model's weights saved as cls (a ...ForConditionalGeneration of config cfg, its decoder under
+    model.language_model; transformers writes the names its checkpoints use), the config's
+    text_config rewritten as published checkpoints have it. `unused`: name prefixes of the
+    multimodal parts, left at their random init."""
+    _set_impl(cfg)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        cg = cls(cfg).to(torch.float32).eval()
+    tied = model.config.tie_word_embeddings
+    sd = {"model.language_model." + k[len("model."):]: v
+          for k, v in model.state_dict().items() if k.startswith("model.")}
+    if not tied:  # an untied output projection of its own
+        sd["lm_head.weight"] = model.state_dict()["lm_head.weight"]
+    missing, unexpected = cg.load_state_dict(sd, strict=False)
+    allowed = {"lm_head.weight"} if tied else set()
+    if unexpected or any(k not in allowed and not k.startswith(tuple(unused)) for k in missing):
+        raise RuntimeError(f"state dict mismatch: missing={missing} unexpected={unexpected}")
+    cg.tie_weights()
+    cg.save_pretrained(out_dir)
+    path = os.path.join(out_dir, "config.json")
+    with open(path) as f:
+        c = json.load(f)
+    c["text_config"] = text_config_as_published(c["text_config"])
+    with open(path, "w") as f:
+        json.dump(c, f, indent=2, sort_keys=True)
+
+
 def save_model(model: torch.nn.Module, out_dir: str, layout: str = "causal",
                tokenizer: bool = True) -> str:
     """Save as a Hugging Face directory. layout="conditional" writes the published multimodal
@@ -371,57 +399,20 @@ def save_model(model: torch.nn.Module, out_dir: str, layout: str = "causal",
     os.makedirs(out_dir, exist_ok=True)
     if layout == "causal":
         model.save_pretrained(out_dir)
-    elif layout == "conditional" and isinstance(model, Gemma3ForCausalLM):
-        tc = model.config.to_dict()
-        vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                      image_size=28, patch_size=14)
-        cfg = Gemma3Config(text_config=tc, vision_config=vision, mm_tokens_per_image=4,
-                           tie_word_embeddings=model.config.tie_word_embeddings)
-        _set_impl(cfg)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            cg = Gemma3ForConditionalGeneration(cfg).to(torch.float32).eval()
-        sd = {"model.language_model." + k[len("model."):]: v
-              for k, v in model.state_dict().items() if k.startswith("model.")}
-        if not model.config.tie_word_embeddings:
-            sd["lm_head.weight"] = model.state_dict()["lm_head.weight"]
-        missing, unexpected = cg.load_state_dict(sd, strict=False)
-        if unexpected or any(not k.startswith("model.vision_tower.") and not k.startswith("model.multi_modal")
-                             and k != "lm_head.weight" for k in missing):
-            raise RuntimeError(f"state dict mismatch: missing={missing} unexpected={unexpected}")
-        cg.tie_weights()
-        cg.save_pretrained(out_dir)
-        path = os.path.join(out_dir, "config.json")
-        with open(path) as f:
-            c = json.load(f)
-        c["text_config"] = _gemma3_published_text_config(c["text_config"])
-        with open(path, "w") as f:
-            json.dump(c, f, indent=2, sort_keys=True)
     elif layout == "conditional":
-        if not isinstance(model, Gemma4ForCausalLM):
-            raise ValueError("the conditional layout is for Gemma 4 models")
-        tied = model.config.tie_word_embeddings
-        cfg = Gemma4Config(text_config=model.config.to_dict(), vision_config=None,
-                           audio_config=None, tie_word_embeddings=tied)
-        _set_impl(cfg)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            cg = Gemma4ForConditionalGeneration(cfg).to(torch.float32).eval()
-        sd = {"model.language_model." + k[len("model."):]: v
-              for k, v in model.state_dict().items() if k.startswith("model.")}
-        if not tied:  # an untied output projection of its own
-            sd["lm_head.weight"] = model.state_dict()["lm_head.weight"]
-        missing, unexpected = cg.load_state_dict(sd, strict=False)
-        if unexpected or not set(missing) <= ({"lm_head.weight"} if tied else set()):
-            raise RuntimeError(f"state dict mismatch: missing={missing} unexpected={unexpected}")
-        cg.tie_weights()
-        cg.save_pretrained(out_dir)
-        path = os.path.join(out_dir, "config.json")
-        with open(path) as f:
-            c = json.load(f)
-        c["text_config"] = _published_text_config(c["text_config"])
-        with open(path, "w") as f:
-            json.dump(c, f, indent=2, sort_keys=True)
+        if isinstance(model, Gemma3ForCausalLM):
+            vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                          image_size=28, patch_size=14)
+            cfg = Gemma3Config(text_config=model.config.to_dict(), vision_config=vision, mm_tokens_per_image=4,
+                               tie_word_embeddings=model.config.tie_word_embeddings)
+            _save_conditional(model, cfg, Gemma3ForConditionalGeneration, out_dir, _gemma3_published_text_config,
+                              unused=("model.vision_tower.", "model.multi_modal_projector."))
+        elif isinstance(model, Gemma4ForCausalLM):
+            cfg = Gemma4Config(text_config=model.config.to_dict(), vision_config=None, audio_config=None,
+                               tie_word_embeddings=model.config.tie_word_embeddings)
+            _save_conditional(model, cfg, Gemma4ForConditionalGeneration, out_dir, _published_text_config)
+        else:
+            raise ValueError(f"no conditional layout for {type(model).__name__}")
     else:
         raise ValueError(f"layout must be 'causal' or 'conditional', not {layout!r}")
     if tokenizer:

@@ -82,3 +82,21 @@ def embed_table(r: Runner, rng, rows: int, cols: int, scale: float = 1.0) -> int
 
 def embed_op(w: int, out: int, n: int) -> dict:
     return {"kind": "embed", "out": out, "w": w, "n": n, "f": 1.0}
+
+
+# Tiny models of random shapes (tests/tiny_gemma.py's random_overrides: odd hidden sizes, one KV
+# head, head dims 8-64, untied embeddings, 2-16 experts, top-1..4, ...) for the GPU backends'
+# whole-model checks against the CPU, as the CPU is checked against transformers on them.
+RANDOM_SHAPES = [(kind, seed) for seed in range(4) for kind in ("gemma3", "gemma4", "gemma4_moe")]
+RANDOM_SHAPE_IDS = [f"{kind}-{seed}" for kind, seed in RANDOM_SHAPES]
+
+
+def random_shape_model(tmp_path, kind: str, seed: int, prompt: int = 20, n_new: int = 8):
+    """The (kind, seed) random-shape model saved under tmp_path, and a prompt whose greedy
+    continuation (n_new tokens) has no near-ties in transformers: (path, ids)."""
+    import tiny_gemma as tg
+
+    model = tg.build_model(kind, seed=seed, **tg.random_overrides(kind, seed))
+    path = tg.save_model(model, str(tmp_path / f"{kind}-{seed}"))
+    ids, _, _ = tg.pick_prompt(model, prompt, n_new, seed=seed, tries=8)
+    return path, ids

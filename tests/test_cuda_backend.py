@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import markbase
-from backend_check import rel_err
+from backend_check import RANDOM_SHAPE_IDS, RANDOM_SHAPES, random_shape_model, rel_err
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_REL = 1e-3
@@ -164,6 +164,18 @@ def test_tiny_models_match_cpu(need_cuda, tiny_models, kind, chunk, kv):
     st = gpu.stats()
     assert st["host_waits_per_token"] == 1, st
     assert st["kernels_per_token"] > 0, st
+
+
+@pytest.mark.parametrize("kind,seed", RANDOM_SHAPES, ids=RANDOM_SHAPE_IDS)
+def test_random_shape_matches_cpu(need_cuda, tmp_path, kind, seed):
+    """Shapes the fixed tiny models do not have (backend_check.RANDOM_SHAPES), through the prefill
+    kernels (chunks of 5) and the decode graph."""
+    path, ids = random_shape_model(tmp_path, kind, seed)
+    cpu, gpu = _pair(path, "f32", 5)
+    err = rel_err(np.asarray(gpu.logits(ids)), np.asarray(cpu.logits(ids)))
+    assert err < MAX_REL, f"{kind} seed {seed}: relative error {err:.2e}"
+    assert _greedy(gpu, ids, 8) == _greedy(cpu, ids, 8)
+    assert gpu.stats()["host_waits_per_token"] == 1
 
 
 @pytest.mark.parametrize("kind", ["gemma3", "gemma4_moe"])

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import markbase
-from backend_check import TYPES, rel_err
+from backend_check import RANDOM_SHAPE_IDS, RANDOM_SHAPES, TYPES, random_shape_model, rel_err
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METAL_DIR = os.path.join(ROOT, "metal")
@@ -85,6 +85,20 @@ def test_tiny_model_matches_cpu(tiny_models, name, kv):
     # Fusion makes fewer kernels than the CPU's ops, and every layer needs a few.
     n_layers = gpu.config["n_layers"]
     assert 4 * n_layers < st["kernels_per_token"] < st_cpu["kernels_per_token"], (st, st_cpu)
+
+
+@pytest.mark.parametrize("kind,seed", RANDOM_SHAPES, ids=RANDOM_SHAPE_IDS)
+def test_random_shape_matches_cpu(tmp_path, kind, seed):
+    """Shapes the fixed tiny models do not have (backend_check.RANDOM_SHAPES): logits through the
+    prefill chunks (16 + 4) and greedy decoding."""
+    _metal_or_skip()
+    path, ids = random_shape_model(tmp_path, kind, seed, PROMPT, N_NEW)
+    cpu = markbase.Model.load(path, backend="cpu", kv_cache="f32", precise=True, prefill_chunk=CHUNK)
+    gpu = markbase.Model.load(path, backend="metal", kv_cache="f32", prefill_chunk=CHUNK)
+    err = rel_err(gpu.logits(ids), cpu.logits(ids))
+    assert err <= 1e-3, f"{kind} seed {seed}: relative error {err:.3e}"
+    assert (list(gpu.generate_tokens(ids, max_tokens=N_NEW, temperature=0))
+            == list(cpu.generate_tokens(ids, max_tokens=N_NEW, temperature=0)))
 
 
 def test_tiny_model_q4_0_matches_cpu(tiny_models):

@@ -393,3 +393,29 @@ def test_split_gguf_errors(split_gguf, markbase_module, tmp_path):
     shutil.copy(first, renamed)
     with pytest.raises(markbase_module.FormatError, match="cannot be found"):
         markbase_module.open(str(renamed))
+
+
+def _llama_piece(llama_cpp, vocab, token: int) -> bytes:
+    import ctypes
+    buf = ctypes.create_string_buffer(256)
+    n = llama_cpp.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
+    assert n >= 0
+    return buf.raw[:n]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_generated_text_is_llama_cpp_pieces(gguf_models, llama_cpp, markbase_module, name):
+    """Generated text is each token's piece as llama.cpp's programs print it
+    (llama_token_to_piece, special=false): for every token of the vocabulary, and the text of a
+    greedy generation. Not llama_detokenize's text, which for BPE vocabularies (gemma4) also drops
+    the space before punctuation across the whole text (Model.detokenize does that, as it does)."""
+    g = gguf_models[name]
+    llm = _llama(llama_cpp, g.gguf, vocab_only=True)
+    vocab = llama_cpp.llama_model_get_vocab(llm.model)
+    m = _load_mb(markbase_module, g.gguf)
+    for t in range(g.vocab_size):
+        assert m._e.token_piece_bytes(t) == _llama_piece(llama_cpp, vocab, t), t
+    toks = list(m.generate_tokens(g.ids, max_tokens=N_NEW, temperature=0))
+    text = m.generate(g.ids, max_tokens=N_NEW, temperature=0)
+    want = b"".join(_llama_piece(llama_cpp, vocab, t) for t in toks).decode("utf-8", errors="replace")
+    assert text == want

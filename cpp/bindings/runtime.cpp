@@ -173,6 +173,11 @@ void init_runtime(py::module_& m) {
             throw std::invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary");
         return py::bytes(e.tokenizer()->decode(ids));
       })
+      .def("token_piece_bytes", [](const Engine& e, int32_t id) {
+        if (id < 0 || static_cast<size_t>(id) >= e.tokenizer()->size())
+          throw std::invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary");
+        return py::bytes(e.tokenizer()->piece(id, /*special=*/false));
+      })
       .def("eog_ids", [](const Engine& e) { return e.tokenizer()->eog_ids(); })
       .def("bos_id", [](const Engine& e) { return e.tokenizer()->bos_id(); })
       .def("token_text", [](const Engine& e, int32_t id) { return to_pystr(e.tokenizer()->text(id)); })

@@ -840,11 +840,12 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
   return out;
 }
 
-std::string Tokenizer::piece(int32_t id) const {
+std::string Tokenizer::piece(int32_t id, bool special) const {
   if (id < 0 || static_cast<size_t>(id) >= impl_->pieces.size()) {
     throw std::out_of_range("[tokenizer] token id " + std::to_string(id) + " is outside the " +
                             "vocabulary (" + std::to_string(impl_->pieces.size()) + " tokens)");
   }
+  if (!special && (impl_->attrs[id] & (kAttrUnknown | kAttrControl))) return {};
   return impl_->pieces[id];
 }
 

@@ -42,9 +42,11 @@ class Tokenizer {
 
   // Same ids as llama.cpp's llama_tokenize(text, add_special=add_bos, parse_special=special).
   std::vector<int32_t> encode(std::string_view text, bool add_bos, bool special) const;
-  // Raw bytes of one token, as llama.cpp's llama_token_to_piece(id, lstrip=0, special=true):
-  // byte tokens give their byte, '▁' becomes ' ', control tokens give their text.
-  std::string piece(int32_t id) const;
+  // Raw bytes of one token, as llama.cpp's llama_token_to_piece(id, lstrip=0, special): byte
+  // tokens give their byte, '▁' becomes ' ', control and unknown tokens give their text, or
+  // nothing with special = false (what llama.cpp's programs stream as generated text: decode's
+  // clean-up of spaces before punctuation is not applied).
+  std::string piece(int32_t id, bool special = true) const;
   // Concatenated bytes of the ids as llama.cpp's llama_detokenize(remove_special=false,
   // unparse_special=false): control tokens produce no text. May end in a partial UTF-8 sequence.
   std::string decode(const std::vector<int32_t>& ids) const;

@@ -266,8 +266,8 @@ class Model:
         gen = []
         prev_text = ""
         for tok in tokens:
-            if self._hf_tok is None:
-                piece = dec.decode(self._e.detokenize_bytes([tok]))
+            if self._hf_tok is None:  # the token's piece, as llama.cpp's programs print it
+                piece = dec.decode(self._e.token_piece_bytes(tok))
             else:
                 gen.append(tok)
                 full = self._hf_tok.decode(gen, skip_special_tokens=True)

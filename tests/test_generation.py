@@ -1,5 +1,6 @@
 """Generation on the real default model: sampling arguments, seeds, stop strings, end-of-generation
 tokens, UTF-8 safe streaming, chat templates, context limits, statistics."""
+import os
 import subprocess
 import sys
 
@@ -217,3 +218,32 @@ def test_kv_cache_larger_than_memory_is_refused():
     not a process killed while the cache is zero-filled."""
     with pytest.raises(ValueError, match="KV cache"):
         markbase.Model.load(None, backend="cpu", max_context=2**31 - 1)
+
+
+HUB_LOADER = r"""
+import sys, markbase
+try:
+    m = markbase.Model.load(sys.argv[1], backend="cpu")
+    print("OK", m.config["n_layers"], list(m.generate_tokens(m.tokenize("hi"), max_tokens=2, temperature=0)))
+except FileNotFoundError as e:
+    print("FileNotFoundError", e)
+"""
+
+
+def test_hub_repository_id_from_the_cache(tmp_path, tiny_models):
+    """An "owner/name" that is no local path loads as a Hugging Face Hub repository through
+    huggingface_hub's cache (offline here: HF_HUB_OFFLINE=1 against a cache laid out as the Hub's);
+    one that the cache lacks is a FileNotFoundError naming it."""
+    pytest.importorskip("huggingface_hub")
+    import shutil
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--someone--tiny-gemma"
+    shutil.copytree(tiny_models["gemma3"].path, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(tmp_path / "hub"))
+    run = lambda name: subprocess.run([sys.executable, "-c", HUB_LOADER, name], capture_output=True,  # noqa: E731
+                                      text=True, timeout=300, env=env, cwd=tmp_path).stdout.strip().splitlines()[-1]
+    assert run("someone/tiny-gemma").startswith("OK 6 "), run("someone/tiny-gemma")
+    out = run("someone/not-cached")
+    assert out.startswith("FileNotFoundError") and "someone/not-cached" in out, out

@@ -10,7 +10,7 @@ from typing import Iterator
 
 import numpy as np
 
-from . import _core
+from . import _core, hub
 from .chat import render_chat
 
 
@@ -32,7 +32,8 @@ class Model:
              max_context: int = 4096, quant: str | None = None, kv_cache: str = "f16",
              precise: bool = False, prefill_chunk: int | None = None, progress: bool = False,
              match_llamacpp: bool = False) -> "Model":
-        """Load a .gguf file, a Hugging Face directory, or (path=None) the default model.
+        """Load a .gguf file (the first of a split one), a Hugging Face directory or Hub repository
+        id ("owner/name", fetched by huggingface_hub), or (path=None) the default model.
 
         backend: "auto" | "cpu" | "metal" | "cuda"; quant: None | "q8_0" | "q4_0" (Hugging Face
         float weights); kv_cache: "f16" | "f32"; precise: float32 activations everywhere;
@@ -46,6 +47,8 @@ class Model:
             from .default_model import default_model_path
             path = default_model_path(progress=progress)
         path = os.fspath(path)
+        if hub.is_repo_id(path):
+            path = hub.snapshot(path)
         if not os.path.exists(path):
             raise FileNotFoundError(f"No such file or directory: '{path}'")
         if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= 1024):

@@ -180,7 +180,19 @@ def test_cli_run_default_model():
     assert "tok/s" in r.stderr
 
 
-@pytest.mark.parametrize("args", [["-n", "-1"], ["--temp", "-2"], ["--top-p", "0"], ["--max-context", "1"]])
+def test_cli_run_sampling_options(model):
+    """markbase run's sampling options are the library's: the same text for the same seed."""
+    kw = dict(temperature=0.9, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.3, seed=11)
+    want = model.generate("Once upon a time", max_tokens=12, **kw)
+    r = subprocess.run([sys.executable, "-m", "markbase.cli", "run", "Once upon a time", "-n", "12", "--temp", "0.9",
+                        "--top-k", "40", "--top-p", "0.95", "--min-p", "0.05", "--repeat-penalty", "1.3",
+                        "--seed", "11", "--backend", "cpu"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "Once upon a time" + want + "\n"
+
+
+@pytest.mark.parametrize("args", [["-n", "-1"], ["--temp", "-2"], ["--top-p", "0"], ["--max-context", "1"],
+                                  ["--min-p", "2"], ["--repeat-penalty", "0"]])
 def test_cli_run_bad_arguments(args):
     """A clear one-line error and exit status 1, before anything is printed on stdout."""
     r = subprocess.run([sys.executable, "-m", "markbase.cli", "run", "The capital of France is", *args],

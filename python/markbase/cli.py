@@ -37,7 +37,8 @@ def cmd_run(args):
     # generate() checks its arguments and the prompt's length before it returns: an error comes
     # before the prompt is echoed
     pieces = m.generate(prompt, max_tokens=args.n, temperature=args.temp, top_k=args.top_k,
-                        top_p=args.top_p, seed=args.seed, stream=True)
+                        top_p=args.top_p, min_p=args.min_p, repeat_penalty=args.repeat_penalty,
+                        seed=args.seed, stream=True)
     sys.stdout.write(prompt)
     for piece in pieces:
         sys.stdout.write(piece)
@@ -180,6 +181,8 @@ def main(argv=None):
     r.add_argument("--temp", type=float, default=0.0)
     r.add_argument("--top-k", type=int, default=0)
     r.add_argument("--top-p", type=float, default=1.0)
+    r.add_argument("--min-p", type=float, default=0.0)
+    r.add_argument("--repeat-penalty", type=float, default=1.0)
     r.add_argument("--seed", type=int, default=None)
     _add_model_args(r)
     r.set_defaults(fn=cmd_run)

@@ -17,7 +17,8 @@ if TESTS_DIR not in sys.path:  # so that `import tiny_gemma` works under any --i
     sys.path.insert(0, TESTS_DIR)
 
 # name -> (kind, layout); the *_cg directories hold the same weights as their causal sibling in
-# the published multimodal layout (Gemma4ForConditionalGeneration, model.language_model.*).
+# the published multimodal layout (Gemma4ForConditionalGeneration, model.language_model.*;
+# Gemma3ForConditionalGeneration, language_model.model.*).
 TINY_MODELS = {
     "gemma3": ("gemma3", "causal"),
     "gemma3_cg": ("gemma3", "conditional"),

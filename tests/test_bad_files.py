@@ -300,10 +300,10 @@ def test_metadata_that_leaves_tensors_unread(tmp_path, tiny_models):
         paths.append(p)
         want.append("'blk.2." if key == "block_count" else "per-layer")
     for name, key, value, what in [("gemma3", "num_hidden_layers", 4, "'blk.4."),
-                                   ("gemma4", "text_config.num_hidden_layers", 5, "'blk.5."),
-                                   ("gemma4", "text_config.hidden_size_per_layer_input", 0, "per-layer")]:
+                                   ("gemma4_cg", "text_config.num_hidden_layers", 5, "'blk.5."),
+                                   ("gemma4_cg", "text_config.hidden_size_per_layer_input", 0, "per-layer")]:
         d = tmp_path / f"hf-{name}-{key}"
-        shutil.copytree(tiny_models[name].path if name == "gemma3" else tiny_models["gemma4_cg"].path, d)
+        shutil.copytree(tiny_models[name].path, d)
         cfg = json.loads((d / "config.json").read_text())
         _set(cfg, key, value)
         if key.endswith("num_hidden_layers"):  # the layer list and the KV sharing follow the count

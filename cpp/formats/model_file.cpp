@@ -33,7 +33,7 @@ std::shared_ptr<ModelFile> ModelFile::open(const std::string& path) {
 
 namespace {
 
-// A split key's value (split.no, split.count), or -1 when absent or not an integer.
+// A split key's value (split.no, split.count), -1 when absent, -2 when not an integer.
 int64_t split_key(const GGUFFile& g, const char* key) {
   const Value* v = g.find(key);
   if (!v) return -1;

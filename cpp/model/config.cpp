@@ -255,8 +255,6 @@ ModelConfig from_gguf(const ModelFile& f) {
   return c;
 }
 
-// Hugging Face config.json (Gemma3ForCausalLM, Gemma4ForCausalLM, Gemma4ForConditionalGeneration
-// with a nested text_config).
 // transformers' defaults (Gemma3TextConfig, Gemma4TextConfig) of the keys read below, under the
 // file's own keys: a key left out means what transformers reads it as. The published multimodal
 // Gemma 3 checkpoints (gemma-3-4b/12b/27b, Gemma3ForConditionalGeneration) write only the
@@ -289,8 +287,10 @@ Value with_hf_defaults(const Value& cfg, bool gemma4) {
   return Value(std::move(o));
 }
 
+// Hugging Face config.json (Gemma3ForCausalLM, Gemma4ForCausalLM, and the ...ForConditionalGeneration
+// layouts with a nested text_config).
 ModelConfig from_hf(const ModelFile& f) {
-  const Value& top = f.config();
+  const Value& top = f.config();  // an object (ModelFile::open checks)
   const Value* tc = top.find("text_config");
   const Value& file_cfg = (tc && tc->is_object()) ? *tc : top;
   std::string mt;
@@ -303,8 +303,7 @@ ModelConfig from_hf(const ModelFile& f) {
   else throw FormatError(f.path() + "/config.json: model_type '" + mt +
                          "' is not supported (Gemma 3 and Gemma 4 text models are)");
   const bool g4 = c.is_gemma4();
-  const Value merged = file_cfg.is_object() ? with_hf_defaults(file_cfg, g4) : Value();
-  const Value& cfg = merged.is_object() ? merged : file_cfg;
+  const Value cfg = with_hf_defaults(file_cfg, g4);
   Keys k(cfg, f.path() + "/config.json", "");
   c.vocab_size = k.positive("vocab_size", 1 << 22);
   c.hidden_size = k.positive("hidden_size");
